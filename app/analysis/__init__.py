@@ -1,0 +1,1 @@
+"""Pure analysis: numpy/pandas in, dataclasses or arrays out. No web, database or queue imports."""

@@ -1,0 +1,146 @@
+"""Process lifetimes (segments) of a run and which logged rows belong to which segment.
+
+A training log is appended across restarts, so rows are in file order and a resume shows up as a
+step that goes back (replayed steps after a rollback are expected), as a row logged after the
+recorded exit step, or as a row stamped after the next process started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class SegmentSpec:
+    ordinal: int
+    start_step: int | None = None  # optimizer steps already done when the process started
+    end_step: int | None = None
+    resumed_from: str | None = None
+    restored: list[str] | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_reason: str | None = None
+    source: str = "events"  # "events" or "inferred"
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LifecycleEvent:
+    kind: str  # "process_start" or "process_exit"
+    step: int | None
+    time: float | None
+    resumed_from: str | None = None
+    restored: list[str] | None = None
+    reason: str | None = None
+
+
+def segments_from_events(events: Sequence[LifecycleEvent]) -> list[SegmentSpec]:
+    """One segment per ``process_start``; each ``process_exit`` closes the open segment."""
+    segments: list[SegmentSpec] = []
+    for event in events:
+        if event.kind == "process_start":
+            segments.append(
+                SegmentSpec(
+                    ordinal=len(segments),
+                    start_step=event.step,
+                    resumed_from=event.resumed_from,
+                    restored=event.restored,
+                    started_at=event.time,
+                )
+            )
+        elif event.kind == "process_exit" and segments and segments[-1].exit_reason is None:
+            segments[-1].end_step = event.step
+            segments[-1].ended_at = event.time
+            segments[-1].exit_reason = event.reason or "exit"
+    return segments
+
+
+def infer_segments(steps: np.ndarray, times: np.ndarray | None = None) -> list[SegmentSpec]:
+    """Segments from a log alone: a new process starts where the step goes back or repeats."""
+    if steps.size == 0:
+        return [SegmentSpec(ordinal=0, start_step=0, source="inferred")]
+    starts = np.concatenate(([0], np.flatnonzero(steps[1:] <= steps[:-1]) + 1))
+    segments = []
+    for ordinal, row in enumerate(starts.tolist()):
+        first = int(steps[row])
+        segments.append(
+            SegmentSpec(
+                ordinal=ordinal,
+                start_step=max(first - 1, 0),
+                started_at=_at(times, row),
+                source="inferred",
+            )
+        )
+    return segments
+
+
+def assign_rows(
+    steps: np.ndarray, segments: Sequence[SegmentSpec], times: np.ndarray | None = None
+) -> np.ndarray:
+    """Segment ordinal of every row of a log written in file order (non-decreasing)."""
+    n = steps.size
+    out = np.zeros(n, dtype=np.uint16)
+    if n < 2 or len(segments) < 2:
+        return out
+    prev, cur = steps[:-1], steps[1:]
+    went_back = cur < prev
+    repeated = cur == prev
+    start = 0
+    for k in range(len(segments) - 1):
+        current, nxt = segments[k], segments[k + 1]
+        lo = start  # boundary candidates are rows lo+1 .. n-1, i.e. pair indices lo .. n-2
+        boundary = went_back[lo:].copy()
+        if nxt.start_step is None:
+            boundary |= repeated[lo:]
+        else:
+            boundary |= repeated[lo:] & (cur[lo:] > nxt.start_step)
+        if current.end_step is not None:
+            boundary |= prev[lo:] >= current.end_step
+        if times is not None and nxt.started_at is not None:
+            boundary |= times[lo + 1 :] >= nxt.started_at
+        hits = np.flatnonzero(boundary)
+        if hits.size == 0:
+            break
+        start = lo + 1 + int(hits[0])
+        out[start:] = k + 1
+    return out
+
+
+def complete_from_rows(
+    segments: list[SegmentSpec],
+    steps: np.ndarray,
+    ordinals: np.ndarray,
+    times: np.ndarray | None = None,
+) -> None:
+    """Fill what events did not record (end step, start/end time) from each segment's rows."""
+    for seg in segments:
+        rows = np.flatnonzero(ordinals == seg.ordinal)
+        if rows.size == 0:
+            continue
+        if seg.end_step is None:
+            seg.end_step = int(steps[rows].max())
+        if seg.start_step is None:
+            seg.start_step = max(int(steps[rows[0]]) - 1, 0)
+        if times is not None:
+            if seg.started_at is None:
+                seg.started_at = _at(times, int(rows[0]))
+            if seg.ended_at is None:
+                seg.ended_at = _at(times, int(rows[-1]))
+
+
+def unexpected_restarts(steps: np.ndarray, ordinals: np.ndarray) -> list[int]:
+    """Rows where the step goes back inside one segment: a restart the events did not record."""
+    if steps.size < 2:
+        return []
+    back = (steps[1:] < steps[:-1]) & (ordinals[1:] == ordinals[:-1])
+    return (np.flatnonzero(back) + 1).tolist()
+
+
+def _at(times: np.ndarray | None, row: int) -> float | None:
+    if times is None or row >= times.size:
+        return None
+    value = float(times[row])
+    return None if np.isnan(value) else value

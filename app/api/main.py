@@ -1,0 +1,34 @@
+"""The FastAPI application factory."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, HTTPException
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+
+from app import __version__
+from app.api.deps import SessionDep
+from app.api.routes import ingest, jobs, runs
+
+
+def create_app() -> FastAPI:
+    api = FastAPI(
+        title="Runwatch",
+        version=__version__,
+        description="Experiment tracking that checks resumed training runs consumed the data they"
+        " were designed to see, and ties loss spikes to checkpoints.",
+    )
+    api.include_router(ingest.router)
+    api.include_router(jobs.router)
+    api.include_router(runs.router)
+
+    @api.get("/api/v1/health", tags=["health"])
+    def health(session: SessionDep) -> dict[str, str]:
+        """``ok`` when the database answers; 503 otherwise."""
+        try:
+            session.execute(text("SELECT 1"))
+        except SQLAlchemyError:
+            raise HTTPException(503, "database unavailable") from None
+        return {"status": "ok"}
+
+    return api

@@ -1,0 +1,1 @@
+"""Routers: thin mappings from HTTP to services."""

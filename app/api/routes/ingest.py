@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, File, Form, HTTPException, Request, Response, UploadFile
+
+from app.api.deps import SessionDep, SettingsDep
+from app.api.schemas import JobAccepted
+from app.ingest.errors import IngestError
+from app.services import ingest as ingest_service
+from app.services.sources import store_stream
+from workers.tasks import enqueue_ingest
+
+router = APIRouter(prefix="/api/v1", tags=["ingest"])
+
+
+@router.post("/ingest", status_code=202, response_model=JobAccepted)
+def ingest(
+    request: Request,
+    response: Response,
+    session: SessionDep,
+    settings: SettingsDep,
+    file: Annotated[
+        UploadFile, File(description="A run archive (.tar, .tar.gz, .zip) or one file")
+    ],
+    project: Annotated[str, Form(min_length=1, max_length=200)] = "default",
+    run: Annotated[str | None, Form(max_length=300)] = None,
+) -> JobAccepted:
+    """Store the upload as the job's raw source and queue it; poll the returned status URL."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > settings.max_upload_bytes:
+        raise HTTPException(413, f"upload larger than {settings.max_upload_bytes} bytes")
+    try:
+        source = store_stream(
+            file.file, file.filename or "upload", settings, limit=settings.max_upload_bytes
+        )
+    except IngestError as exc:
+        raise HTTPException(413, str(exc)) from None
+    job = ingest_service.submit(
+        session=session, source=source, project=project, run_name=run or source.default_run_name
+    )
+    session.commit()
+    enqueue_ingest(job.id)
+    url = f"/api/v1/jobs/{job.id}"
+    response.headers["Location"] = url
+    return JobAccepted(job_id=job.id, state=job.state, status_url=url)

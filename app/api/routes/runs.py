@@ -1,0 +1,162 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+import numpy as np
+import orjson
+from fastapi import APIRouter, HTTPException, Query, Response
+
+from app.api.deps import SessionDep
+from app.api.schemas import (
+    CheckpointOut,
+    ComponentOut,
+    MetricOut,
+    RunDetail,
+    RunsPage,
+    RunSummary,
+    SegmentOut,
+    SeriesOut,
+)
+from app.models import Checkpoint, Run
+from app.services import metrics as metric_service
+from app.services import runs as run_service
+
+router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
+
+
+def run_summary(run: Run, project: str) -> RunSummary:
+    return RunSummary(
+        id=run.id,
+        project=project,
+        name=run.name,
+        external_id=run.external_id,
+        source_format=run.source_format,
+        status=run.status,
+        dataset_size=run.dataset_size,
+        global_batch_size=run.global_batch_size,
+        first_step=run.first_step,
+        last_step=run.last_step,
+        num_steps=run.num_steps,
+        num_segments=run.num_segments,
+        num_resumes=max(run.num_segments - 1, 0),
+        started_at=run.started_at,
+        ended_at=run.ended_at,
+        created_at=run.created_at,
+        updated_at=run.updated_at,
+    )
+
+
+def checkpoint_out(ckpt: Checkpoint) -> CheckpointOut:
+    seconds = None
+    if ckpt.save_started_at is not None and ckpt.save_ended_at is not None:
+        seconds = (ckpt.save_ended_at - ckpt.save_started_at).total_seconds()
+    return CheckpointOut(
+        id=ckpt.id,
+        name=ckpt.name,
+        step=ckpt.step,
+        save_started_at=ckpt.save_started_at,
+        save_ended_at=ckpt.save_ended_at,
+        save_seconds=seconds,
+        consumed_samples=ckpt.consumed_samples,
+        epoch=ckpt.epoch,
+        consumed_in_epoch=ckpt.consumed_in_epoch,
+        seed=ckpt.seed,
+        shuffle=ckpt.shuffle,
+        dataset_size=ckpt.dataset_size,
+        global_batch_size=ckpt.global_batch_size,
+        components=[ComponentOut.model_validate(c) for c in ckpt.components],
+        data_state=ckpt.data_state,
+    )
+
+
+def _get_run(session: SessionDep, run_id: int) -> Run:
+    run = run_service.get_run(session=session, run_id=run_id)
+    if run is None:
+        raise HTTPException(status_code=404, detail=f"run {run_id} not found")
+    return run
+
+
+@router.get("", response_model=RunsPage)
+def list_runs(
+    session: SessionDep,
+    project: str | None = None,
+    status: str | None = None,
+    q: Annotated[str | None, Query(description="Substring of the run name")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> RunsPage:
+    filters = run_service.RunFilter(project, status, q, limit, offset)
+    rows, total = run_service.list_runs(session=session, filters=filters)
+    return RunsPage(
+        items=[run_summary(run, name) for run, name in rows],
+        total=total,
+        limit=limit,
+        offset=offset,
+    )
+
+
+@router.get("/{run_id}", response_model=RunDetail)
+def get_run(run_id: int, session: SessionDep) -> RunDetail:
+    run = _get_run(session, run_id)
+    summary = run_summary(run, run.project.name)
+    return RunDetail(
+        **summary.model_dump(),
+        config=run.config or {},
+        segments=[
+            SegmentOut.model_validate(s)
+            for s in run_service.segments(session=session, run_id=run_id)
+        ],
+        checkpoints=[
+            checkpoint_out(c) for c in run_service.checkpoints(session=session, run_id=run_id)
+        ],
+        metrics=[
+            SeriesOut.model_validate(s) for s in run_service.series(session=session, run_id=run_id)
+        ],
+    )
+
+
+@router.get("/{run_id}/metrics/{key:path}", response_model=MetricOut)
+def get_metric(
+    run_id: int,
+    key: str,
+    session: SessionDep,
+    max_points: Annotated[
+        int, Query(ge=0, le=1_000_000, description="0 returns every point")
+    ] = 2000,
+    superseded: Annotated[
+        bool, Query(description="Also return points a later segment logged again")
+    ] = False,
+) -> Response:
+    """The effective history of one metric (latest segment per step), sorted by step.
+
+    Downsampling keeps each bucket's minimum and maximum, so a one-step spike never disappears.
+    """
+    _get_run(session, run_id)
+    series = metric_service.find_series(session=session, run_id=run_id, key=key)
+    if series is None:
+        raise HTTPException(status_code=404, detail=f"run {run_id} has no metric '{key}'")
+    points = metric_service.read_points(session=session, series_id=series.id)
+    total = int(points.steps.size)
+    if max_points and total > max_points:
+        points = metric_service.downsample(points, max_points)
+    body: dict[str, object] = {
+        "run_id": run_id,
+        "key": key,
+        "num_points": total,
+        "downsampled": int(points.steps.size) < total,
+        "steps": points.steps,
+        "values": points.values,
+        "times": points.times,
+        "segments": points.segments.astype(np.int64),
+        "superseded": None,
+    }
+    if superseded:
+        old = metric_service.read_points(session=session, series_id=series.id, superseded=True)
+        body["superseded"] = {
+            "steps": old.steps,
+            "values": old.values,
+            "segments": old.segments.astype(np.int64),
+        }
+    return Response(
+        orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json"
+    )

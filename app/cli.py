@@ -1,0 +1,358 @@
+"""The ``runwatch`` command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from app.config import Settings, get_settings
+
+cli = typer.Typer(
+    help="Runwatch: experiment tracking that checks resumed runs trained on the right data.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+db_cli = typer.Typer(help="Database schema migrations.", no_args_is_help=True)
+cli.add_typer(db_cli, name="db")
+
+
+def _err(message: str) -> None:
+    typer.secho(message, err=True, fg=typer.colors.RED)
+
+
+def _prepare_database(settings: Settings) -> None:
+    """Embedded SQLite is migrated on start; any other database must be migrated explicitly."""
+    from app import migrate
+    from app.db import get_engine
+
+    engine = get_engine()
+    if engine.dialect.name == "sqlite":
+        migrate.upgrade(engine)
+        return
+    current, head = migrate.current_revision(engine), migrate.head_revision(engine)
+    if current != head:
+        _err(
+            f"the database schema is at {current or 'nothing'}, this Runwatch needs {head}:"
+            " run `runwatch db upgrade` first"
+        )
+        raise typer.Exit(2)
+
+
+@db_cli.command("upgrade")
+def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
+    """Apply migrations up to REVISION (default: the newest)."""
+    from app import migrate
+    from app.db import get_engine
+
+    migrate.upgrade(get_engine(), revision)
+    typer.echo(f"database at revision {migrate.current_revision(get_engine())}")
+
+
+@db_cli.command("downgrade")
+def db_downgrade(revision: Annotated[str, typer.Argument()]) -> None:
+    """Revert migrations down to REVISION (``base`` empties the database)."""
+    from app import migrate
+    from app.db import get_engine
+
+    migrate.downgrade(get_engine(), revision)
+    typer.echo(f"database at revision {migrate.current_revision(get_engine()) or 'base'}")
+
+
+@db_cli.command("current")
+def db_current() -> None:
+    """Print the schema revision of the configured database."""
+    from app import migrate
+    from app.db import get_engine
+
+    typer.echo(migrate.current_revision(get_engine()) or "base")
+
+
+@cli.command()
+def ingest(
+    paths: Annotated[
+        list[Path], typer.Argument(help="Run directories, files or .tar/.tar.gz/.zip")
+    ],
+    project: Annotated[str, typer.Option(help="Project the runs belong to")] = "default",
+    run: Annotated[str | None, typer.Option(help="Run name (one PATH only)")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the jobs to finish")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object per job (last line)")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait")] = 3600.0,
+) -> None:
+    """Queue PATHs for ingestion through the workers; with --wait, report each job's outcome."""
+    if run is not None and len(paths) != 1:
+        _err("--run names one run: give exactly one PATH")
+        raise typer.Exit(2)
+    settings = get_settings()
+    _prepare_database(settings)
+    job_ids = _submit_paths(paths, project=project, run=run, quiet=as_json)
+    if not wait:
+        if settings.is_embedded_broker and not _embedded_worker_running(settings):
+            typer.echo(
+                "no worker is running: `runwatch serve` or `runwatch worker` will process the"
+                " queue (or pass --wait)"
+            )
+        return
+    with ExitStack() as stack:
+        if settings.is_embedded_broker and not _embedded_worker_running(settings):
+            from workers.celery_app import celery_app
+            from workers.embedded import EmbeddedWorker
+
+            stack.enter_context(EmbeddedWorker(celery_app, settings))
+        results = _wait_for_jobs(job_ids, timeout=timeout, show_progress=not as_json)
+    failed = 0
+    for result in results:
+        failed += result["status"] != "succeeded"
+        if as_json:
+            typer.echo(json.dumps(result))
+        else:
+            _print_result(result)
+    raise typer.Exit(1 if failed else 0)
+
+
+def _submit_paths(paths: list[Path], *, project: str, run: str | None, quiet: bool) -> list[int]:
+    """Keep each source in the store, create its job, and enqueue it after the commit."""
+    from app.db import get_engine, session_scope
+    from app.ingest.errors import IngestError
+    from app.services import ingest as ingest_service
+    from app.services.sources import store_path
+    from workers.tasks import enqueue_ingest
+
+    settings = get_settings()
+    job_ids: list[int] = []
+    for path in paths:
+        try:
+            source = store_path(path, settings)
+        except IngestError as exc:
+            _err(f"cannot ingest {path}: {exc}")
+            raise typer.Exit(2) from None
+        name = run or source.default_run_name
+        with session_scope(get_engine()) as session:
+            job = ingest_service.submit(
+                session=session, source=source, project=project, run_name=name
+            )
+            job_ids.append(job.id)
+        enqueue_ingest(job.id)
+        if not quiet:
+            typer.echo(f"queued job {job.id}: {path} -> {project}/{name}")
+    return job_ids
+
+
+def _embedded_worker_running(settings: Settings) -> bool:
+    from workers.embedded import worker_running
+
+    return worker_running(settings)
+
+
+def _wait_for_jobs(
+    job_ids: list[int], *, timeout: float, show_progress: bool
+) -> list[dict[str, Any]]:
+    from tqdm import tqdm
+
+    from app.db import get_engine, session_scope
+    from app.models import IngestJob
+    from app.services.ingest import FINAL_STATES
+
+    deadline = time.monotonic() + timeout
+    bars: dict[int, tqdm[Any]] = {}
+    done: dict[int, dict[str, Any]] = {}
+    hinted = False
+    started = time.monotonic()
+    try:
+        while len(done) < len(job_ids):
+            with session_scope(get_engine()) as session:
+                for job_id in job_ids:
+                    if job_id in done:
+                        continue
+                    job = session.get(IngestJob, job_id)
+                    assert job is not None
+                    if show_progress and sys.stderr.isatty():
+                        bar = bars.get(job_id)
+                        if bar is None:
+                            bar = bars[job_id] = tqdm(
+                                total=job.progress_total,
+                                unit="B",
+                                unit_scale=True,
+                                desc=f"job {job_id}",
+                                leave=False,
+                            )
+                        bar.n = min(job.progress_done, job.progress_total)
+                        bar.set_postfix_str(job.phase or job.state)
+                    if job.state in FINAL_STATES:
+                        done[job_id] = _job_result(job)
+            if len(done) == len(job_ids):
+                break
+            if time.monotonic() > deadline:
+                for job_id in job_ids:
+                    done.setdefault(job_id, _timeout_result(job_id, timeout))
+                break
+            if not hinted and time.monotonic() - started > 30 and show_progress:
+                typer.echo("still waiting: is a worker running? (`runwatch worker`)", err=True)
+                hinted = True
+            time.sleep(0.2)
+    finally:
+        for bar in bars.values():
+            bar.close()
+    return [done[job_id] for job_id in job_ids]
+
+
+def _job_result(job: Any) -> dict[str, Any]:
+    return {
+        "run_id": job.run_id,
+        "job_id": job.id,
+        "status": job.state,
+        "error": job.error,
+        "verdict": None,
+        "findings": [],
+        "project": job.project,
+        "run_name": job.run_name,
+        "counts": job.counts or {},
+        "warnings": job.warnings or [],
+    }
+
+
+def _timeout_result(job_id: int, timeout: float) -> dict[str, Any]:
+    return {
+        "run_id": None,
+        "job_id": job_id,
+        "status": "timeout",
+        "error": f"job did not finish within {timeout:.0f} s",
+        "verdict": None,
+        "findings": [],
+    }
+
+
+def _print_result(result: dict[str, Any]) -> None:
+    name = f"{result.get('project')}/{result.get('run_name')}"
+    if result["status"] != "succeeded":
+        _err(f"job {result['job_id']} {result['status']}: {result['error']}")
+    else:
+        counts = result.get("counts", {})
+        typer.echo(
+            f"job {result['job_id']} succeeded: run {result['run_id']} ({name}):"
+            f" {counts.get('segments', 0)} segment(s), {counts.get('metric_rows', 0)} metric rows,"
+            f" {counts.get('sample_steps', 0)} sample steps, {counts.get('checkpoints', 0)}"
+            " checkpoint(s)"
+        )
+    for warning in result.get("warnings", []):
+        typer.secho(f"  warning: {warning}", err=True, fg=typer.colors.YELLOW)
+
+
+@cli.command()
+def worker(
+    concurrency: Annotated[int | None, typer.Option(help="Worker processes")] = None,
+    loglevel: Annotated[str, typer.Option()] = "INFO",
+) -> None:
+    """Run a Celery worker (production: start as many as you need, on any machine)."""
+    from workers.celery_app import QUEUES, celery_app
+
+    settings = get_settings()
+    n = concurrency or settings.worker_concurrency
+    argv = [
+        "worker",
+        f"--loglevel={loglevel}",
+        "--queues",
+        ",".join(QUEUES),
+        "--concurrency",
+        str(n),
+        "--pool",
+        "prefork" if n > 1 else "solo",
+        "--hostname",
+        f"runwatch-{os.getpid()}@%h",
+    ]
+    if settings.is_embedded_broker:
+        from workers.embedded import hold_worker_lock
+
+        hold_worker_lock(settings)
+        argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+    celery_app.worker_main(argv)
+
+
+@cli.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Interface to listen on")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on")] = None,
+    with_worker: Annotated[
+        bool | None,
+        typer.Option("--worker/--no-worker", help="Start a worker too (default: embedded mode)"),
+    ] = None,
+) -> None:
+    """Serve the API (and dashboard), with a worker on the embedded default."""
+    settings = get_settings()
+    _prepare_database(settings)
+    start_worker = settings.is_embedded_broker if with_worker is None else with_worker
+    host = host or settings.api_host
+    port = port or settings.api_port
+    with _worker_process(start_worker):
+        _run_api(host, port)
+
+
+class _worker_process:
+    """A ``runwatch worker`` child process, stopped (by its own pid) when the block ends."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> _worker_process:
+        if self.enabled:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "app", "worker", "--loglevel", "WARNING"]
+            )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def _run_api(host: str, port: int) -> None:
+    import uvicorn
+
+    typer.echo(f"Runwatch at http://{host}:{port}  (API docs: http://{host}:{port}/docs)")
+    uvicorn.run("app.api.main:create_app", factory=True, host=host, port=port, log_level="warning")
+
+
+@cli.command()
+def demo(
+    port: Annotated[int | None, typer.Option(help="Port to serve on")] = None,
+    serve_after: Annotated[
+        bool, typer.Option("--serve/--no-serve", help="Serve the dashboard afterwards")
+    ] = True,
+) -> None:
+    """Train a few small models with real faulty resumes, ingest them, and serve."""
+    from app.demo import SCENARIOS, generate_run
+
+    settings = get_settings()
+    _prepare_database(settings)
+    out = settings.resolved_home / "demo-runs"
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in SCENARIOS:
+        started = time.monotonic()
+        paths.append(generate_run(name, out))
+        typer.echo(f"trained {name:<22} {time.monotonic() - started:5.2f} s")
+    with _worker_process(settings.is_embedded_broker):
+        job_ids = _submit_paths(paths, project="demo", run=None, quiet=True)
+        for result in _wait_for_jobs(job_ids, timeout=600, show_progress=True):
+            _print_result(result)
+        if serve_after:
+            _run_api(settings.api_host, port or settings.api_port)
+
+
+def main() -> None:
+    cli()

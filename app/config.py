@@ -1,0 +1,94 @@
+"""All configuration in one place, read from ``RUNWATCH_*`` environment variables.
+
+The defaults are the embedded mode: a SQLite file, a serverless file-system Celery broker and the
+raw-source store, all under ``RUNWATCH_HOME`` (``./.runwatch``). Production points
+``RUNWATCH_DATABASE_URL`` at PostgreSQL and ``RUNWATCH_BROKER_URL`` at Redis or RabbitMQ.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RUNWATCH_", extra="ignore")
+
+    home: Path = Field(
+        default=Path(".runwatch"), description="Data directory of the embedded mode."
+    )
+    database_url: str | None = Field(default=None, description="SQLAlchemy URL; SQLite under home.")
+    broker_url: str | None = Field(
+        default=None, description="Celery broker; file system under home."
+    )
+    source_dir: Path | None = Field(
+        default=None,
+        description="Where raw ingested sources are kept (home/sources). Must be shared by all "
+        "workers in a multi-machine deployment.",
+    )
+
+    api_host: str = "127.0.0.1"
+    api_port: int = 8765
+    public_url: str | None = Field(default=None, description="Base URL used in links to run pages.")
+
+    metric_aliases: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra metric-key aliases, logged key -> canonical key: {'ppl/train': 'ppl'}.",
+    )
+
+    max_upload_bytes: int = Field(default=8 * GiB, description="Largest accepted upload.")
+    max_source_bytes: int = Field(
+        default=64 * GiB, description="Largest total uncompressed size of one source."
+    )
+    max_line_bytes: int = Field(
+        default=64 * MiB, description="Longest accepted line in a log file."
+    )
+    max_archive_members: int = Field(default=200_000, description="Most files in one archive.")
+    max_compression_ratio: float = Field(
+        default=200.0,
+        description="Refuse archives that inflate more than this (decompression bombs).",
+    )
+
+    worker_concurrency: int = 1
+    log_level: str = "INFO"
+
+    @property
+    def resolved_home(self) -> Path:
+        return self.home.expanduser().resolve()
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.resolved_home / 'runwatch.db'}"
+
+    @property
+    def celery_broker_url(self) -> str:
+        return self.broker_url or "filesystem://"
+
+    @property
+    def is_embedded_broker(self) -> bool:
+        return self.celery_broker_url.startswith("filesystem://")
+
+    @property
+    def broker_dir(self) -> Path:
+        return self.resolved_home / "broker"
+
+    @property
+    def sources_path(self) -> Path:
+        return (self.source_dir or self.resolved_home / "sources").expanduser().resolve()
+
+    @property
+    def base_url(self) -> str:
+        return (self.public_url or f"http://{self.api_host}:{self.api_port}").rstrip("/")
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,96 @@
+"""JSON Lines with bounded memory and errors that name the file and line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import IO, Any
+
+import orjson
+
+from app.ingest.errors import IngestError, Warnings
+
+BLOCK = 1 << 20
+
+
+def iter_lines(
+    stream: IO[bytes],
+    file: str,
+    *,
+    max_line_bytes: int,
+    on_bytes: Callable[[int], None] | None = None,
+) -> Iterator[tuple[int, bytes, bool]]:
+    """Yield ``(line_number, line, ended_with_newline)``; no line exceeds ``max_line_bytes``."""
+    lineno = 0
+    rest = b""
+    while True:
+        block = stream.read(BLOCK)
+        if not block:
+            break
+        if on_bytes is not None:
+            on_bytes(len(block))
+        data = rest + block if rest else block
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            lineno += 1
+            if len(line) > max_line_bytes:
+                raise IngestError(
+                    f"line longer than {max_line_bytes} bytes", file=file, line=lineno
+                )
+            yield lineno, line, True
+        if len(rest) > max_line_bytes:
+            raise IngestError(
+                f"line longer than {max_line_bytes} bytes", file=file, line=lineno + 1
+            )
+    if rest:
+        yield lineno + 1, rest, False
+
+
+def parse_json(line: bytes) -> Any:
+    """Strict JSON fast; fall back to Python's parser, which also reads bare NaN/Infinity."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return json.loads(line)
+
+
+def iter_json_objects(
+    stream: IO[bytes],
+    file: str,
+    warnings: Warnings,
+    *,
+    max_line_bytes: int,
+    on_bytes: Callable[[int], None] | None = None,
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each non-blank line.
+
+    A last line cut off mid-write (no newline, not parseable) is what a crashed or still-running
+    writer leaves behind: it is skipped with a warning. Any other bad line is an error.
+    """
+    for lineno, raw, complete in iter_lines(
+        stream, file, max_line_bytes=max_line_bytes, on_bytes=on_bytes
+    ):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            obj = parse_json(line)
+        except (ValueError, RecursionError) as exc:
+            if not complete:
+                warnings.add(
+                    f"{file} line {lineno}: truncated last line (no newline at end of file),"
+                    " skipped"
+                )
+                return
+            raise IngestError(f"not valid JSON ({_short(exc)})", file=file, line=lineno) from None
+        if not isinstance(obj, dict):
+            raise IngestError(
+                f"expected a JSON object, got {type(obj).__name__}", file=file, line=lineno
+            )
+        yield lineno, obj
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    return text if len(text) <= 200 else text[:200] + "..."

@@ -1,0 +1,23 @@
+"""The relational model. Import from here so every table is registered on ``Base.metadata``."""
+
+from app.models.base import Base
+from app.models.checkpoint import Checkpoint, CheckpointComponent
+from app.models.finding import Finding
+from app.models.job import IngestJob
+from app.models.run import Event, Project, Run, Segment
+from app.models.series import MetricChunk, MetricSeries, SampleChunk
+
+__all__ = [
+    "Base",
+    "Checkpoint",
+    "CheckpointComponent",
+    "Event",
+    "Finding",
+    "IngestJob",
+    "MetricChunk",
+    "MetricSeries",
+    "Project",
+    "Run",
+    "SampleChunk",
+    "Segment",
+]

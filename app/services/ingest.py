@@ -1,0 +1,246 @@
+"""Ingest jobs: submit a stored source, then parse it and replace the run's data atomically.
+
+The job row is the single source of truth for progress and outcome. Parsing happens outside any
+write transaction (progress is committed as it goes); the run's rows and the job's success are
+committed together, so a job is "succeeded" exactly when its data is visible.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.orm import Session
+
+from app.config import Settings
+from app.db import session_scope
+from app.ingest.aliases import AliasTable
+from app.ingest.errors import IngestError, Warnings
+from app.ingest.records import ParsedRun
+from app.ingest.run_directory import RunDirectoryReader
+from app.ingest.source import Limits, open_source
+from app.models import IngestJob, Project, Run
+from app.services.run_store import RunLayout, plan_layout, replace_run_data
+from app.services.sources import StoredSource, source_file
+
+log = logging.getLogger(__name__)
+
+QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
+FINAL_STATES = (SUCCEEDED, FAILED)
+
+
+def submit(*, session: Session, source: StoredSource, project: str, run_name: str) -> IngestJob:
+    """Create a queued job for a stored source. Enqueue its task only after this commits."""
+    job = IngestJob(
+        state=QUEUED,
+        project=project,
+        run_name=run_name,
+        source_name=source.name,
+        source_kind=source.kind,
+        source_key=source.key,
+        source_sha256=source.sha256,
+        source_bytes=source.bytes,
+        progress_total=source.bytes,
+        counts={},
+        warnings=[],
+    )
+    session.add(job)
+    session.flush()
+    return job
+
+
+def get_job(*, session: Session, job_id: int) -> IngestJob | None:
+    return session.get(IngestJob, job_id)
+
+
+@dataclass
+class _Progress:
+    """Commits the job's byte counter at most twice a second while a source is parsed."""
+
+    engine: Engine
+    job_id: int
+    done: int = 0
+    last: float = 0.0
+
+    def __call__(self, nbytes: int) -> None:
+        self.done += nbytes
+        now = time.monotonic()
+        if now - self.last >= 0.5:
+            self.last = now
+            self.flush()
+
+    def flush(self, phase: str | None = None) -> None:
+        with session_scope(self.engine) as session:
+            job = session.get(IngestJob, self.job_id)
+            if job is not None:
+                job.progress_done = self.done
+                if phase:
+                    job.phase = phase
+
+
+def run_job(*, engine: Engine, settings: Settings, job_id: int) -> IngestJob:
+    """Do one ingest job. Safe to call again for the same job (a redelivered task)."""
+    with session_scope(engine) as session:
+        job = session.get(IngestJob, job_id)
+        if job is None:
+            raise LookupError(f"ingest job {job_id} does not exist")
+        if job.state in FINAL_STATES:
+            return job
+        job.state = RUNNING
+        job.phase = "reading"
+        job.attempts += 1
+        job.started_at = datetime.now(UTC)
+        job.progress_done = 0
+        source = _job_source(job)
+
+    warnings = Warnings()
+    progress = _Progress(engine, job_id)
+    try:
+        parsed = _parse(settings, source, warnings, progress)
+        progress.flush(phase="writing")
+        layout = plan_layout(parsed, warnings)
+        _check_sample_ids(parsed, warnings)
+        with session_scope(engine) as session:
+            return _store(session, job_id, source, parsed, layout, warnings)
+    except IngestError as exc:
+        return _fail(engine, job_id, str(exc), warnings)
+    except (OperationalError, InterfaceError, IntegrityError):
+        raise  # database away, or a concurrent ingest of the same run: the task retries
+    except Exception as exc:
+        log.exception("ingest job %s failed unexpectedly", job_id)
+        return _fail(engine, job_id, f"internal error: {type(exc).__name__}: {exc}", warnings)
+
+
+@dataclass(frozen=True)
+class _Source:
+    key: str
+    kind: str
+    name: str
+    sha256: str
+    project: str
+    run_name: str
+
+
+def _job_source(job: IngestJob) -> _Source:
+    return _Source(
+        key=job.source_key,
+        kind=job.source_kind,
+        name=job.source_name,
+        sha256=job.source_sha256,
+        project=job.project,
+        run_name=job.run_name,
+    )
+
+
+def _parse(
+    settings: Settings, source: _Source, warnings: Warnings, progress: _Progress
+) -> ParsedRun:
+    path = source_file(settings, source.key)
+    if not path.exists():
+        raise IngestError("the raw source is missing from the source store", file=source.name)
+    limits = Limits(
+        max_source_bytes=settings.max_source_bytes,
+        max_members=settings.max_archive_members,
+        max_compression_ratio=settings.max_compression_ratio,
+        max_line_bytes=settings.max_line_bytes,
+    )
+    scratch = settings.resolved_home / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    with open_source(path, source.kind, source.name, warnings, limits, scratch) as tree:
+        reader = RunDirectoryReader(
+            tree,
+            aliases=AliasTable(settings.metric_aliases),
+            warnings=warnings,
+            max_line_bytes=settings.max_line_bytes,
+            on_bytes=progress,
+        )
+        return reader.read()
+
+
+def _check_sample_ids(parsed: ParsedRun, warnings: Warnings) -> None:
+    if parsed.samples is None or parsed.dataset_size is None or parsed.samples.ids.size == 0:
+        return
+    top = int(parsed.samples.ids.max())
+    if top >= parsed.dataset_size:
+        outside = int((parsed.samples.ids >= parsed.dataset_size).sum())
+        warnings.add(
+            f"samples: {outside} sample id(s) outside the dataset (largest {top}, dataset size"
+            f" {parsed.dataset_size})"
+        )
+
+
+def _store(
+    session: Session,
+    job_id: int,
+    source: _Source,
+    parsed: ParsedRun,
+    layout: RunLayout,
+    warnings: Warnings,
+) -> IngestJob:
+    project = _get_or_create_project(session, source.project)
+    run = session.scalars(
+        select(Run).where(Run.project_id == project.id, Run.name == source.run_name)
+    ).one_or_none()
+    job = session.get(IngestJob, job_id)
+    assert job is not None
+    if run is not None and run.source_sha256 == source.sha256:
+        warnings.add("unchanged: this source is identical to the one already ingested for the run")
+        counts = dict(_last_counts(session, run.id) or {})
+    else:
+        if run is None:
+            run = Run(
+                project_id=project.id,
+                name=source.run_name,
+                source_format=parsed.source_format,
+                status="unknown",
+                config={},
+            )
+            session.add(run)
+            session.flush()
+        counts = replace_run_data(session, run, parsed, layout)
+        run.source_sha256 = source.sha256
+        run.updated_at = datetime.now(UTC)
+    job.run_id = run.id
+    job.state = SUCCEEDED
+    job.phase = None
+    job.counts = counts
+    job.warnings = warnings.summary()
+    job.error = None
+    job.progress_done = job.progress_total
+    job.finished_at = datetime.now(UTC)
+    session.flush()
+    return job
+
+
+def _last_counts(session: Session, run_id: int) -> dict[str, Any] | None:
+    return session.scalars(
+        select(IngestJob.counts)
+        .where(IngestJob.run_id == run_id, IngestJob.state == SUCCEEDED)
+        .order_by(IngestJob.id.desc())
+        .limit(1)
+    ).first()
+
+
+def _get_or_create_project(session: Session, name: str) -> Project:
+    project = session.scalars(select(Project).where(Project.name == name)).one_or_none()
+    if project is None:
+        project = Project(name=name)
+        session.add(project)
+        session.flush()
+    return project
+
+
+def _fail(engine: Engine, job_id: int, error: str, warnings: Warnings) -> IngestJob:
+    with session_scope(engine) as session:
+        job = session.get(IngestJob, job_id)
+        assert job is not None
+        job.state = FAILED
+        job.error = error
+        job.warnings = warnings.summary()
+        job.finished_at = datetime.now(UTC)
+        return job

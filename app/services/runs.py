@@ -1,0 +1,69 @@
+"""Queries for runs, their segments and checkpoints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
+
+from app.models import Checkpoint, MetricSeries, Project, Run, Segment
+
+
+@dataclass
+class RunFilter:
+    project: str | None = None
+    status: str | None = None
+    search: str | None = None
+    limit: int = 50
+    offset: int = 0
+
+
+def list_runs(*, session: Session, filters: RunFilter) -> tuple[list[tuple[Run, str]], int]:
+    """Runs, newest first, with their project names, and the total matching count."""
+    query = select(Run, Project.name).join(Project, Run.project_id == Project.id)
+    if filters.project:
+        query = query.where(Project.name == filters.project)
+    if filters.status:
+        query = query.where(Run.status == filters.status)
+    if filters.search:
+        query = query.where(Run.name.contains(filters.search, autoescape=True))
+    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    rows = session.execute(
+        query.order_by(Run.updated_at.desc(), Run.id.desc())
+        .limit(filters.limit)
+        .offset(filters.offset)
+    ).all()
+    return [(run, project) for run, project in rows], int(total)
+
+
+def get_run(*, session: Session, run_id: int) -> Run | None:
+    return session.scalars(
+        select(Run).where(Run.id == run_id).options(selectinload(Run.project))
+    ).one_or_none()
+
+
+def segments(*, session: Session, run_id: int) -> list[Segment]:
+    return list(
+        session.scalars(select(Segment).where(Segment.run_id == run_id).order_by(Segment.ordinal))
+    )
+
+
+def checkpoints(*, session: Session, run_id: int) -> list[Checkpoint]:
+    return list(
+        session.scalars(
+            select(Checkpoint)
+            .where(Checkpoint.run_id == run_id)
+            .order_by(Checkpoint.step, Checkpoint.name)
+        )
+    )
+
+
+def series(*, session: Session, run_id: int) -> list[MetricSeries]:
+    return list(
+        session.scalars(
+            select(MetricSeries)
+            .where(MetricSeries.run_id == run_id)
+            .order_by(MetricSeries.kind.desc(), MetricSeries.key)
+        )
+    )

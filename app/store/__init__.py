@@ -1,0 +1,1 @@
+"""Compact storage encodings for bulk data (metric points, sample ids)."""

@@ -1,0 +1,1 @@
+"""Alembic migrations. Run them with ``runwatch db upgrade``; nothing migrates implicitly."""

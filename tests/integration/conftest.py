@@ -1,0 +1,33 @@
+"""Service endpoints for the integration tests: each backend with its real broker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import REDIS_URL
+from tests.procs import runwatch_env
+
+
+@pytest.fixture
+def broker_url(backend: str, tmp_path: Path) -> str:
+    """Embedded file-system broker with SQLite; Redis (emptied first) with PostgreSQL."""
+    if backend == "sqlite":
+        return ""
+    client = redis.Redis.from_url(REDIS_URL)
+    client.flushdb()
+    client.close()
+    return REDIS_URL
+
+
+@pytest.fixture
+def service_env(
+    tmp_path: Path, database_url: str, broker_url: str, engine: object
+) -> dict[str, str]:
+    """Environment for runwatch processes on the parametrized backend (schema already migrated)."""
+    settings = {"home": str(tmp_path / "home"), "database_url": database_url}
+    if broker_url:
+        settings["broker_url"] = broker_url
+    return runwatch_env(**settings)

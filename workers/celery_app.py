@@ -1,0 +1,49 @@
+"""The Celery application. Embedded mode uses a file-system broker under ``RUNWATCH_HOME``.
+
+Job state and results live in the database, so no result backend is configured.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from app.config import Settings, get_settings
+
+QUEUES = ("ingest",)
+
+
+def create_celery(settings: Settings) -> Celery:
+    app = Celery("runwatch", broker=settings.celery_broker_url, include=["workers.tasks"])
+    app.conf.update(
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue="ingest",
+        task_routes={"runwatch.ingest": {"queue": "ingest"}},
+        task_serializer="json",
+        accept_content=["json"],
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+        broker_transport_options=_transport_options(settings),
+    )
+    return app
+
+
+def _transport_options(settings: Settings) -> dict[str, object]:
+    if not settings.is_embedded_broker:
+        return {}
+    queue_dir = settings.broker_dir / "queue"
+    control_dir = settings.broker_dir / "control"
+    for folder in (queue_dir, control_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    return {
+        "data_folder_in": str(queue_dir),
+        "data_folder_out": str(queue_dir),
+        "control_folder": str(control_dir),
+        "polling_interval": 0.2,
+    }
+
+
+celery_app = create_celery(get_settings())
