@@ -258,7 +258,9 @@ def worker(
 
     settings = get_settings()
     n = concurrency or settings.worker_concurrency
+    quiet = ["--quiet"] if loglevel.upper() in ("WARNING", "ERROR", "CRITICAL") else []
     argv = [
+        *quiet,
         "worker",
         f"--loglevel={loglevel}",
         "--queues",

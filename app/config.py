@@ -70,7 +70,7 @@ class Settings(BaseSettings):
 
     @property
     def celery_broker_url(self) -> str:
-        return self.broker_url or "filesystem://"
+        return self.broker_url or "filesystem://localhost//"
 
     @property
     def is_embedded_broker(self) -> bool:
