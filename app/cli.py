@@ -189,7 +189,7 @@ def _wait_for_jobs(
                         bar.n = min(job.progress_done, job.progress_total)
                         bar.set_postfix_str(job.phase or job.state)
                     if job.state in FINAL_STATES:
-                        done[job_id] = _job_result(job)
+                        done[job_id] = _job_result(session, job)
             if len(done) == len(job_ids):
                 break
             if time.monotonic() > deadline:
@@ -206,14 +206,19 @@ def _wait_for_jobs(
     return [done[job_id] for job_id in job_ids]
 
 
-def _job_result(job: Any) -> dict[str, Any]:
+def _job_result(session: Any, job: Any) -> dict[str, Any]:
+    from app.models import Run
+    from app.services.findings import finding_dict, list_findings
+
+    run = session.get(Run, job.run_id) if job.run_id is not None else None
+    findings = list_findings(session=session, run_id=run.id) if run is not None else []
     return {
         "run_id": job.run_id,
         "job_id": job.id,
         "status": job.state,
         "error": job.error,
-        "verdict": None,
-        "findings": [],
+        "verdict": run.verdict if run is not None else None,
+        "findings": [finding_dict(f) for f in findings],
         "project": job.project,
         "run_name": job.run_name,
         "counts": job.counts or {},
@@ -242,10 +247,113 @@ def _print_result(result: dict[str, Any]) -> None:
             f"job {result['job_id']} succeeded: run {result['run_id']} ({name}):"
             f" {counts.get('segments', 0)} segment(s), {counts.get('metric_rows', 0)} metric rows,"
             f" {counts.get('sample_steps', 0)} sample steps, {counts.get('checkpoints', 0)}"
-            " checkpoint(s)"
+            f" checkpoint(s); verdict {result.get('verdict')}"
         )
+        for finding in result.get("findings", []):
+            if finding["severity"] != "info":
+                typer.echo(f"  {finding['severity']:8s} {finding['kind']}: {finding['message']}")
     for warning in result.get("warnings", []):
         typer.secho(f"  warning: {warning}", err=True, fg=typer.colors.YELLOW)
+
+
+FAIL_ON = {"warning": ("warn", "fail"), "critical": ("fail",)}
+
+
+def _open_run(ref: str, *, analyze_if_needed: bool) -> tuple[Any, Any]:
+    """Resolve RUN (id, project/name or name); exit 2 when it is not there."""
+    from app.db import get_engine, session_factory
+    from app.services import analysis as analysis_service
+    from app.services.runs import RunNotFound, find_run
+
+    _prepare_database(get_settings())
+    session = session_factory(get_engine())()
+    try:
+        run = find_run(session=session, ref=ref)
+    except RunNotFound as exc:
+        session.close()
+        _err(str(exc))
+        raise typer.Exit(2) from None
+    if analyze_if_needed and run.verdict is None:
+        analysis_service.analyze(session=session, run_id=run.id)
+        session.commit()
+    return session, run
+
+
+@cli.command()
+def findings(
+    run: Annotated[str, typer.Argument(help="Run id, project/name, or a unique name")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+    all_findings: Annotated[bool, typer.Option("--all", help="Include info findings")] = False,
+) -> None:
+    """List what the analyzers found in RUN."""
+    from app.services.findings import finding_dict, list_findings
+
+    session, found = _open_run(run, analyze_if_needed=True)
+    with session:
+        items = [finding_dict(f) for f in list_findings(session=session, run_id=found.id)]
+        if as_json:
+            typer.echo(
+                json.dumps({"run_id": found.id, "verdict": found.verdict, "findings": items})
+            )
+            return
+        typer.echo(f"run {found.id} {found.project.name}/{found.name}: verdict {found.verdict}")
+        for item in items:
+            if item["severity"] == "info" and not all_findings:
+                continue
+            where = f"step {item['step']}" if item["step"] is not None else "run"
+            typer.echo(
+                f"  {item['severity']:8s} {item['kind']:24s} {where:>10s}  {item['message']}"
+            )
+            repair = item["evidence"].get("repair")
+            if repair:
+                typer.echo(f"  {'':8s} {'repair':24s} {'':>10s}  {repair['advice']}")
+
+
+@cli.command()
+def analyze(
+    run: Annotated[str, typer.Argument(help="Run id, project/name, or a unique name")],
+) -> None:
+    """Run the analyzers on RUN again (e.g. after upgrading Runwatch)."""
+    from app.services import analysis as analysis_service
+
+    session, found = _open_run(run, analyze_if_needed=False)
+    with session:
+        report = analysis_service.analyze(session=session, run_id=found.id)
+        session.commit()
+        typer.echo(f"run {found.id}: verdict {report.verdict}, {len(report.findings)} finding(s)")
+
+
+@cli.command()
+def check(
+    run: Annotated[str, typer.Argument(help="Run id, project/name, or a unique name")],
+    fail_on: Annotated[
+        str, typer.Option(help="Lowest severity that fails the check: warning or critical")
+    ] = "critical",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON")] = False,
+) -> None:
+    """Exit 0 when RUN passes, 1 when it fails at --fail-on, 2 on usage errors or no such run."""
+    from app.services.findings import verdict_summary
+
+    if fail_on not in FAIL_ON:
+        _err("--fail-on must be 'warning' or 'critical'")
+        raise typer.Exit(2)
+    session, found = _open_run(run, analyze_if_needed=True)
+    with session:
+        summary = verdict_summary(session=session, run=found)
+    failed = summary["verdict"] in FAIL_ON[fail_on]
+    if as_json:
+        summary["analyzed_at"] = str(summary["analyzed_at"])
+        summary["fail_on"] = fail_on
+        summary["passed"] = not failed
+        typer.echo(json.dumps(summary))
+    else:
+        typer.echo(f"run {found.id} {found.name}: {summary['verdict']}")
+        for suspect in summary["suspect_resumes"]:
+            for item in suspect["findings"]:
+                typer.echo(f"  {item['severity']}: {item['message']}")
+            if suspect["repair"]:
+                typer.echo(f"  repair: {suspect['repair']['advice']}")
+    raise typer.Exit(1 if failed else 0)
 
 
 @cli.command()

@@ -56,6 +56,7 @@ class RunSummary(BaseModel):
     num_steps: int
     num_segments: int
     num_resumes: int
+    verdict: str | None
     started_at: datetime | None
     ended_at: datetime | None
     created_at: datetime
@@ -111,6 +112,8 @@ class CheckpointOut(BaseModel):
     global_batch_size: int | None
     components: list[ComponentOut]
     data_state: dict[str, Any] | None
+    verdict: str | None
+    verdict_reasons: list[str]
 
 
 class SeriesOut(BaseModel):
@@ -132,6 +135,51 @@ class RunDetail(RunSummary):
     segments: list[SegmentOut]
     checkpoints: list[CheckpointOut]
     metrics: list[SeriesOut]
+
+
+class FindingOut(BaseModel):
+    kind: str
+    severity: str
+    step: int | None
+    step_end: int | None
+    resume_from_step: int | None
+    segment: int | None
+    message: str
+    evidence: dict[str, Any]
+
+
+class FindingsOut(BaseModel):
+    run_id: int
+    verdict: str | None
+    findings: list[FindingOut]
+
+
+class SuspectFinding(BaseModel):
+    kind: str
+    severity: str
+    message: str
+
+
+class SuspectResume(BaseModel):
+    resume_from_step: int | None
+    findings: list[SuspectFinding]
+    repair: dict[str, Any] | None
+
+
+class CheckpointVerdictOut(BaseModel):
+    name: str
+    step: int
+    verdict: str | None
+    reasons: list[str]
+
+
+class VerdictOut(BaseModel):
+    run_id: int
+    verdict: str | None
+    analyzed_at: datetime | None
+    counts: dict[str, int]
+    suspect_resumes: list[SuspectResume]
+    checkpoints: list[CheckpointVerdictOut]
 
 
 class PointsOut(BaseModel):

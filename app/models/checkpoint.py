@@ -33,6 +33,8 @@ class Checkpoint(Base):
     global_batch_size: Mapped[int | None] = mapped_column(Integer)
     data_state: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     manifest: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    verdict: Mapped[str | None] = mapped_column(String(10))  # safe, unsafe
+    verdict_reasons: Mapped[list[str] | None] = mapped_column(JSONType)
 
     components: Mapped[list[CheckpointComponent]] = relationship(
         back_populates="checkpoint",

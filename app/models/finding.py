@@ -24,6 +24,8 @@ class Finding(Base):
     severity: Mapped[str] = mapped_column(String(20))  # info, warning, error
     step: Mapped[int | None] = mapped_column(Integer)
     step_end: Mapped[int | None] = mapped_column(Integer)
+    resume_from_step: Mapped[int | None] = mapped_column(Integer)
+    segment: Mapped[int | None] = mapped_column(Integer)  # segment ordinal
     message: Mapped[str] = mapped_column(Text)
-    details: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

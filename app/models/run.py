@@ -44,6 +44,9 @@ class Run(Base):
     num_steps: Mapped[int] = mapped_column(Integer, default=0)
     num_segments: Mapped[int] = mapped_column(Integer, default=0)
     source_sha256: Mapped[str | None] = mapped_column(String(64))
+    verdict: Mapped[str | None] = mapped_column(String(10), index=True)  # pass, warn, fail
+    analysis: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    analyzed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -25,6 +25,7 @@ from app.ingest.records import ParsedRun
 from app.ingest.run_directory import RunDirectoryReader
 from app.ingest.source import Limits, open_source
 from app.models import IngestJob, Project, Run
+from app.services import analysis as analysis_service
 from app.services.run_store import RunLayout, plan_layout, replace_run_data
 from app.services.sources import StoredSource, source_file
 
@@ -106,7 +107,7 @@ def run_job(*, engine: Engine, settings: Settings, job_id: int) -> IngestJob:
         layout = plan_layout(parsed, warnings)
         _check_sample_ids(parsed, warnings)
         with session_scope(engine) as session:
-            return _store(session, job_id, source, parsed, layout, warnings)
+            run_id = _store(session, job_id, source, parsed, layout, warnings)
     except IngestError as exc:
         return _fail(engine, job_id, str(exc), warnings)
     except (OperationalError, InterfaceError, IntegrityError):
@@ -114,6 +115,30 @@ def run_job(*, engine: Engine, settings: Settings, job_id: int) -> IngestJob:
     except Exception as exc:
         log.exception("ingest job %s failed unexpectedly", job_id)
         return _fail(engine, job_id, f"internal error: {type(exc).__name__}: {exc}", warnings)
+    return _analyze_and_finish(engine, job_id, run_id)
+
+
+def _analyze_and_finish(engine: Engine, job_id: int, run_id: int) -> IngestJob:
+    """Analyze the stored run, then mark the job succeeded. An analyzer bug does not lose the
+    ingested data: the job still succeeds, with the error among its warnings."""
+    problem: str | None = None
+    try:
+        with session_scope(engine) as session:
+            analysis_service.analyze(session=session, run_id=run_id)
+    except (OperationalError, InterfaceError):
+        raise
+    except Exception as exc:
+        log.exception("analysis of run %s failed", run_id)
+        problem = f"analysis failed: {type(exc).__name__}: {exc}"
+    with session_scope(engine) as session:
+        job = session.get(IngestJob, job_id)
+        assert job is not None
+        if problem:
+            job.warnings = [*(job.warnings or []), problem]
+        job.state = SUCCEEDED
+        job.phase = None
+        job.finished_at = datetime.now(UTC)
+        return job
 
 
 @dataclass(frozen=True)
@@ -181,7 +206,8 @@ def _store(
     parsed: ParsedRun,
     layout: RunLayout,
     warnings: Warnings,
-) -> IngestJob:
+) -> int:
+    """Write the run; the job records its counts and moves on to analysis."""
     project = _get_or_create_project(session, source.project)
     run = session.scalars(
         select(Run).where(Run.project_id == project.id, Run.name == source.run_name)
@@ -206,15 +232,13 @@ def _store(
         run.source_sha256 = source.sha256
         run.updated_at = datetime.now(UTC)
     job.run_id = run.id
-    job.state = SUCCEEDED
-    job.phase = None
+    job.phase = "analyzing"
     job.counts = counts
     job.warnings = warnings.summary()
     job.error = None
     job.progress_done = job.progress_total
-    job.finished_at = datetime.now(UTC)
     session.flush()
-    return job
+    return run.id
 
 
 def _last_counts(session: Session, run_id: int) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ class RunFilter:
     search: str | None = None
     limit: int = 50
     offset: int = 0
+    verdict: str | None = None
 
 
 def list_runs(*, session: Session, filters: RunFilter) -> tuple[list[tuple[Run, str]], int]:
@@ -26,6 +27,8 @@ def list_runs(*, session: Session, filters: RunFilter) -> tuple[list[tuple[Run, 
         query = query.where(Project.name == filters.project)
     if filters.status:
         query = query.where(Run.status == filters.status)
+    if filters.verdict:
+        query = query.where(Run.verdict == filters.verdict)
     if filters.search:
         query = query.where(Run.name.contains(filters.search, autoescape=True))
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
@@ -41,6 +44,31 @@ def get_run(*, session: Session, run_id: int) -> Run | None:
     return session.scalars(
         select(Run).where(Run.id == run_id).options(selectinload(Run.project))
     ).one_or_none()
+
+
+class RunNotFound(LookupError):
+    pass
+
+
+def find_run(*, session: Session, ref: str) -> Run:
+    """A run by id, ``project/name`` or a name unique across projects."""
+    if ref.isdigit():
+        run = get_run(session=session, run_id=int(ref))
+        if run is None:
+            raise RunNotFound(f"no run with id {ref}")
+        return run
+    query = select(Run).join(Project, Run.project_id == Project.id)
+    if "/" in ref:
+        project, name = ref.split("/", 1)
+        query = query.where(Project.name == project, Run.name == name)
+    else:
+        query = query.where(Run.name == ref)
+    runs = list(session.scalars(query.options(selectinload(Run.project)).limit(2)))
+    if not runs:
+        raise RunNotFound(f"no run named {ref!r}")
+    if len(runs) > 1:
+        raise RunNotFound(f"several runs are named {ref!r}: use project/name or the run id")
+    return runs[0]
 
 
 def segments(*, session: Session, run_id: int) -> list[Segment]:

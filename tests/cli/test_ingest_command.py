@@ -28,7 +28,10 @@ def test_wait_json_prints_one_result_object_as_the_last_line(
     last = json.loads(result.stdout.strip().splitlines()[-1])
     assert set(last) >= RESULT_KEYS
     assert last["status"] == "succeeded" and last["error"] is None
-    assert last["verdict"] is None and last["findings"] == []
+    assert last["verdict"] == "fail"
+    kinds = [(f["kind"], f["resume_from_step"]) for f in last["findings"]]
+    assert kinds == [("resume_data_drift", 500)]
+    assert "Resume from step 500" in last["findings"][0]["message"]
     assert last["run_name"] == "fresh" and last["counts"]["segments"] == 2
     assert (tmp_path / "home" / "runwatch.db").exists()
 

@@ -109,6 +109,17 @@ def test_upload_then_read_runs_segments_and_metrics(
         assert replay["superseded"]["steps"] == list(range(401, 438))
         assert replay["steps"] == list(range(1, 841))
 
+        verdict = httpx.get(f"{base}/api/v1/runs/{stall_id}/verdict").json()
+        assert verdict["verdict"] == "warn" and verdict["counts"]["critical"] == 0
+        assert [c["verdict"] for c in verdict["checkpoints"]] == ["safe"] * 8
+        findings = httpx.get(
+            f"{base}/api/v1/runs/{stall_id}/findings", params={"kind": "checkpoint_loss_spike"}
+        ).json()
+        assert [f["step"] for f in findings["findings"]] == [200, 400, 600]
+        assert all(f["evidence"]["checkpoint"] for f in findings["findings"])
+        assert httpx.get(f"{base}/api/v1/runs", params={"verdict": "warn"}).json()["total"] == 1
+        assert detail["verdict"] == "pass"
+
         assert httpx.get(f"{base}/api/v1/runs/999999").status_code == 404
         assert httpx.get(f"{base}/api/v1/runs/{stall_id}/metrics/nope").status_code == 404
         assert httpx.get(f"{base}/api/v1/jobs/999999").status_code == 404

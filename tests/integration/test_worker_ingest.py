@@ -1,5 +1,6 @@
-"""Every example run ingests through a real Celery worker process, on both stacks:
-SQLite + the embedded file-system broker, and PostgreSQL + Redis."""
+"""Every example run ingests through a real Celery worker process, on both stacks (SQLite + the
+embedded file-system broker, PostgreSQL + Redis), and `runwatch ingest --wait --json` reports
+exactly the findings its truth.json calls for."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
+from app.analysis.truth import score
 from tests.helpers import count_source, segment_rows, stored_counts
 from tests.procs import background, runwatch, wait_for_log
 
@@ -37,7 +39,11 @@ def test_examples_ingest_through_a_worker_process(
     assert log.read_text().count("runwatch.ingest") >= len(runs)
     for run_dir, outcome in zip(runs, lines, strict=True):
         assert outcome["status"] == "succeeded", outcome
-        assert outcome["error"] is None and outcome["verdict"] is None
+        assert outcome["error"] is None
+        truth = json.loads((run_dir / "truth.json").read_text())
+        result = score(truth, outcome["findings"])
+        assert result.exact, (run_dir.name, result.missed, result.false_alarms)
+        assert outcome["verdict"] == _verdict(truth), run_dir.name
         expected = count_source(run_dir)
         stored = stored_counts(engine, outcome["run_id"])
         assert stored["metric_points"] == expected.metric_points, run_dir.name
@@ -46,3 +52,11 @@ def test_examples_ingest_through_a_worker_process(
         assert stored["checkpoints"] == expected.checkpoints, run_dir.name
         segments = segment_rows(engine, outcome["run_id"])
         assert [s.start_step for s in segments] == [e["step"] for e in expected.starts]
+
+
+def _verdict(truth: dict) -> str:
+    critical = {"data_drift", "incomplete_checkpoint", "state_not_restored"}
+    kinds = {s["kind"] for s in truth["suspect_resumes"]}
+    if kinds & critical:
+        return "fail"
+    return "warn" if kinds or truth["checkpoint_spikes"] else "pass"

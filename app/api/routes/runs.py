@@ -10,14 +10,18 @@ from app.api.deps import SessionDep
 from app.api.schemas import (
     CheckpointOut,
     ComponentOut,
+    FindingOut,
+    FindingsOut,
     MetricOut,
     RunDetail,
     RunsPage,
     RunSummary,
     SegmentOut,
     SeriesOut,
+    VerdictOut,
 )
 from app.models import Checkpoint, Run
+from app.services import findings as finding_service
 from app.services import metrics as metric_service
 from app.services import runs as run_service
 
@@ -39,6 +43,7 @@ def run_summary(run: Run, project: str) -> RunSummary:
         num_steps=run.num_steps,
         num_segments=run.num_segments,
         num_resumes=max(run.num_segments - 1, 0),
+        verdict=run.verdict,
         started_at=run.started_at,
         ended_at=run.ended_at,
         created_at=run.created_at,
@@ -66,6 +71,8 @@ def checkpoint_out(ckpt: Checkpoint) -> CheckpointOut:
         global_batch_size=ckpt.global_batch_size,
         components=[ComponentOut.model_validate(c) for c in ckpt.components],
         data_state=ckpt.data_state,
+        verdict=ckpt.verdict,
+        verdict_reasons=ckpt.verdict_reasons or [],
     )
 
 
@@ -81,11 +88,12 @@ def list_runs(
     session: SessionDep,
     project: str | None = None,
     status: str | None = None,
+    verdict: Annotated[str | None, Query(pattern="^(pass|warn|fail)$")] = None,
     q: Annotated[str | None, Query(description="Substring of the run name")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> RunsPage:
-    filters = run_service.RunFilter(project, status, q, limit, offset)
+    filters = run_service.RunFilter(project, status, q, limit, offset, verdict)
     rows, total = run_service.list_runs(session=session, filters=filters)
     return RunsPage(
         items=[run_summary(run, name) for run, name in rows],
@@ -113,6 +121,33 @@ def get_run(run_id: int, session: SessionDep) -> RunDetail:
             SeriesOut.model_validate(s) for s in run_service.series(session=session, run_id=run_id)
         ],
     )
+
+
+@router.get("/{run_id}/findings", response_model=FindingsOut)
+def get_findings(
+    run_id: int,
+    session: SessionDep,
+    severity: Annotated[str | None, Query(pattern="^(info|warning|critical)$")] = None,
+    kind: str | None = None,
+) -> FindingsOut:
+    """What the analyzers found, ordered by step."""
+    run = _get_run(session, run_id)
+    items = finding_service.list_findings(
+        session=session, run_id=run_id, severity=severity, kind=kind
+    )
+    return FindingsOut(
+        run_id=run_id,
+        verdict=run.verdict,
+        findings=[FindingOut(**finding_service.finding_dict(f)) for f in items],
+    )
+
+
+@router.get("/{run_id}/verdict", response_model=VerdictOut)
+def get_verdict(run_id: int, session: SessionDep) -> VerdictOut:
+    """``pass``, ``warn`` or ``fail``, the suspect resumes with repair advice, and whether each
+    checkpoint is safe to resume from or promote. ``verdict`` is null until analysed."""
+    run = _get_run(session, run_id)
+    return VerdictOut.model_validate(finding_service.verdict_summary(session=session, run=run))
 
 
 @router.get("/{run_id}/metrics/{key:path}", response_model=MetricOut)

@@ -1,0 +1,75 @@
+"""Per-epoch sample coverage: which dataset indices each designed epoch saw, and how often."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.analysis.epochs import EpochPlan
+from app.analysis.model import Trace
+
+
+@dataclass
+class EpochCoverage:
+    epoch: int
+    first_step: int
+    last_step: int
+    steps_logged: int
+    complete: bool  # the run reached the end of this epoch
+    samples: int  # ids consumed in the epoch's steps
+    unseen: int  # dataset ids never seen in the epoch
+    repeated: int  # dataset ids seen more than once
+    extra: int  # consumptions beyond the first, summed over ids
+
+    @property
+    def steps_expected(self) -> int:
+        return self.last_step - self.first_step + 1
+
+    @property
+    def has_gaps(self) -> bool:
+        return self.steps_logged < self.steps_expected
+
+
+class CoverageMap:
+    """Coverage of every designed epoch the trace reaches, with the id counts kept on demand."""
+
+    def __init__(self, trace: Trace, plan: EpochPlan) -> None:
+        self.trace = trace
+        self.plan = plan
+        self.size = max(plan.dataset_size, int(trace.ids.max()) + 1 if trace.ids.size else 0)
+        self._offsets = trace.offsets
+        last_step = int(trace.steps[-1]) if trace.size else 0
+        self.epochs: list[EpochCoverage] = [
+            self._epoch(e, last_step) for e in range(plan.epoch_of_step(max(last_step, 1)) + 1)
+        ]
+
+    def rows(self, epoch: int) -> tuple[int, int]:
+        first, last = self.plan.window(epoch)
+        lo = int(np.searchsorted(self.trace.steps, first, side="left"))
+        hi = int(np.searchsorted(self.trace.steps, last, side="right"))
+        return lo, hi
+
+    def ids(self, epoch: int) -> np.ndarray:
+        """Ids of the epoch's logged steps, in step order."""
+        lo, hi = self.rows(epoch)
+        return self.trace.ids[self._offsets[lo] : self._offsets[hi]]
+
+    def counts(self, epoch: int) -> np.ndarray:
+        return np.bincount(self.ids(epoch), minlength=self.size)[: self.size]
+
+    def _epoch(self, epoch: int, last_step: int) -> EpochCoverage:
+        first, last = self.plan.window(epoch)
+        lo, hi = self.rows(epoch)
+        counts = self.counts(epoch)
+        return EpochCoverage(
+            epoch=epoch,
+            first_step=first,
+            last_step=last,
+            steps_logged=hi - lo,
+            complete=last_step >= last,
+            samples=int(counts.sum()),
+            unseen=int((counts[: self.plan.dataset_size] == 0).sum()),
+            repeated=int((counts > 1).sum()),
+            extra=int(np.maximum(counts - 1, 0).sum()),
+        )

@@ -1,0 +1,103 @@
+"""Learning-rate continuity across each resume.
+
+The first logged LRs after a resume are compared with what the schedule gave before it: the
+values the previous process logged for the same steps when they were replayed, or else a local
+linear extrapolation of the last points before the resume.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.analysis.findings import LR_DISCONTINUITY, WARNING, Finding
+from app.analysis.model import RunData, SegmentInfo, Series
+
+FIRST_POINTS = 3
+HISTORY = 8
+MIN_RELATIVE_JUMP = 0.02
+
+
+def analyze_lr(run: RunData) -> list[Finding]:
+    lr = run.metric("lr")
+    if lr is None:
+        return []
+    replayed = run.replayed_metrics.get("lr")
+    findings = []
+    for resume in run.resumes:
+        finding = _check(lr, replayed, resume)
+        if finding is not None:
+            findings.append(finding)
+    return findings
+
+
+def _check(lr: Series, replayed: Series | None, resume: SegmentInfo) -> Finding | None:
+    start = resume.start_step or 0
+    after = np.flatnonzero((lr.segments == resume.ordinal) & (lr.steps > start))[:FIRST_POINTS]
+    before = np.flatnonzero((lr.segments < resume.ordinal) & (lr.steps <= start))[-HISTORY:]
+    if after.size == 0 or before.size < 2:
+        return None
+    steps, actual = lr.steps[after], lr.values[after]
+    expected, basis = _from_replay(replayed, resume, steps)
+    if expected is None:
+        expected, basis = _extrapolate(lr.steps[before], lr.values[before], steps), "extrapolated"
+    scale = np.maximum(np.abs(expected), 1e-12)
+    relative = np.abs(actual - expected) / scale
+    history = lr.values[before]
+    drift = np.abs(np.diff(history)) / np.maximum(np.abs(history[1:]), 1e-12)
+    per_step = float(np.median(drift)) if drift.size else 0.0
+    gaps = (steps - start).astype(float)
+    allowed = np.maximum(MIN_RELATIVE_JUMP, 10.0 * per_step * gaps)
+    if not bool(np.all(relative > allowed)):
+        return None
+    warmup = _restarted_warmup(lr, resume, float(actual[0]), float(expected[0]))
+    r = resume.resume_step
+    what = "the schedule restarted its warm-up" if warmup else "the schedule did not continue"
+    return Finding(
+        kind=LR_DISCONTINUITY,
+        severity=WARNING,
+        message=(
+            f"LR jumped at the resume from step {r}: {float(actual[0]):.3g} at step"
+            f" {int(steps[0])} where the schedule gave about {float(expected[0]):.3g}; {what}."
+        ),
+        step=int(steps[0]),
+        resume_from_step=r,
+        segment=resume.ordinal,
+        evidence={
+            "steps": steps.tolist(),
+            "lr_after_resume": actual.tolist(),
+            "lr_expected": [float(x) for x in expected],
+            "relative_error": [round(float(x), 4) for x in relative],
+            "expected_from": basis,
+            "last_lr_before": float(history[-1]),
+            "restarted_warmup": warmup,
+            "restored": resume.restored,
+        },
+    )
+
+
+def _from_replay(
+    replayed: Series | None, resume: SegmentInfo, steps: np.ndarray
+) -> tuple[np.ndarray | None, str]:
+    if replayed is None or not replayed.size:
+        return None, ""
+    mine = replayed.segments == resume.ordinal - 1
+    values = []
+    for step in steps.tolist():
+        hit = np.flatnonzero(mine & (replayed.steps == step))
+        if hit.size == 0:
+            return None, ""
+        values.append(float(replayed.values[hit[-1]]))
+    return np.asarray(values), "the same steps before the crash"
+
+
+def _extrapolate(steps: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
+    tail = min(4, steps.size)
+    slope, intercept = np.polyfit(steps[-tail:].astype(float), values[-tail:], 1)
+    return np.asarray(slope * at.astype(float) + intercept)
+
+
+def _restarted_warmup(lr: Series, resume: SegmentInfo, first: float, expected: float) -> bool:
+    mine = np.flatnonzero(lr.segments == resume.ordinal)[:6]
+    if mine.size < 3 or first >= expected:
+        return False
+    return bool(np.all(np.diff(lr.values[mine]) > 0))

@@ -1,0 +1,120 @@
+"""What the analyzers read: a run as plain arrays and dataclasses, assembled by a service."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+REQUIRED_COMPONENTS = ("model", "optimizer", "scheduler", "rng", "dataloader")
+
+
+@dataclass
+class Series:
+    """One metric's effective history sorted by step, or its replayed points in log order."""
+
+    steps: np.ndarray
+    values: np.ndarray
+    times: np.ndarray
+    segments: np.ndarray
+
+    @classmethod
+    def empty(cls) -> Series:
+        z = np.zeros(0)
+        return cls(z.astype(np.int64), z, z, z.astype(np.uint16))
+
+    @property
+    def size(self) -> int:
+        return int(self.steps.size)
+
+
+@dataclass
+class Trace:
+    """Dataset indices consumed per logged step (``ids`` concatenated, ``counts`` per step)."""
+
+    steps: np.ndarray  # int64
+    counts: np.ndarray  # int64
+    ids: np.ndarray  # int64
+    segments: np.ndarray  # uint16
+
+    @property
+    def offsets(self) -> np.ndarray:
+        out = np.zeros(self.counts.size + 1, dtype=np.int64)
+        np.cumsum(self.counts, out=out[1:])
+        return out
+
+    @property
+    def size(self) -> int:
+        return int(self.steps.size)
+
+    def ids_of(self, row: int) -> np.ndarray:
+        offsets = self.offsets
+        return self.ids[offsets[row] : offsets[row + 1]]
+
+
+@dataclass
+class SegmentInfo:
+    ordinal: int
+    start_step: int | None
+    end_step: int | None
+    resumed_from: str | None = None
+    checkpoint: str | None = None  # name of the checkpoint the segment loaded
+    checkpoint_step: int | None = None
+    restored: list[str] | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_reason: str | None = None
+
+    @property
+    def is_resume(self) -> bool:
+        return self.ordinal > 0
+
+    @property
+    def resume_step(self) -> int | None:
+        """The optimizer step the resumed state corresponds to."""
+        return self.checkpoint_step if self.checkpoint_step is not None else self.start_step
+
+
+@dataclass
+class CheckpointInfo:
+    name: str
+    step: int
+    save_started_at: float | None = None
+    save_ended_at: float | None = None
+    consumed_samples: int | None = None
+    epoch: int | None = None
+    consumed_in_epoch: int | None = None
+    seed: int | None = None
+    shuffle: bool | None = None
+    dataset_size: int | None = None
+    global_batch_size: int | None = None
+    components: frozenset[str] = frozenset()
+    data_state: dict[str, Any] | None = None
+
+    @property
+    def save_seconds(self) -> float | None:
+        if self.save_started_at is None or self.save_ended_at is None:
+            return None
+        return self.save_ended_at - self.save_started_at
+
+
+@dataclass
+class RunData:
+    segments: list[SegmentInfo]
+    checkpoints: list[CheckpointInfo]
+    metrics: dict[str, Series] = field(default_factory=dict)
+    replayed_metrics: dict[str, Series] = field(default_factory=dict)
+    trace: Trace | None = None
+    replayed_trace: Trace | None = None
+    dataset_size: int | None = None
+    global_batch_size: int | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def resumes(self) -> list[SegmentInfo]:
+        return [s for s in self.segments if s.is_resume]
+
+    def metric(self, key: str) -> Series | None:
+        series = self.metrics.get(key)
+        return series if series is not None and series.size else None
