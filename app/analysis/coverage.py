@@ -62,14 +62,16 @@ class CoverageMap:
         first, last = self.plan.window(epoch)
         lo, hi = self.rows(epoch)
         counts = self.counts(epoch)
+        samples = int(self._offsets[hi] - self._offsets[lo])
         return EpochCoverage(
             epoch=epoch,
             first_step=first,
             last_step=last,
             steps_logged=hi - lo,
             complete=last_step >= last,
-            samples=int(counts.sum()),
-            unseen=int((counts[: self.plan.dataset_size] == 0).sum()),
-            repeated=int((counts > 1).sum()),
-            extra=int(np.maximum(counts - 1, 0).sum()),
+            samples=samples,
+            unseen=self.plan.dataset_size
+            - int(np.count_nonzero(counts[: self.plan.dataset_size])),
+            repeated=int(np.count_nonzero(counts > 1)),
+            extra=samples - int(np.count_nonzero(counts)),
         )

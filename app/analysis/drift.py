@@ -34,13 +34,15 @@ class Baseline:
     epochs: tuple[int, ...]
 
 
-def analyze_drift(run: RunData, plan: EpochPlan | None) -> list[Finding]:
+def analyze_drift(
+    run: RunData, plan: EpochPlan | None, coverage: CoverageMap | None = None
+) -> list[Finding]:
     if plan is None:
         return []
     resumes = [s for s in run.resumes if s.start_step is not None]
     findings: dict[int, Finding] = {}
     if run.trace is not None and run.trace.size and resumes:
-        coverage = CoverageMap(run.trace, plan)
+        coverage = coverage or CoverageMap(run.trace, plan)
         for finding in _trace_drift(run, plan, coverage, resumes):
             findings[finding.segment or 0] = finding
     for segment, evidence in _manifest_mismatches(run, plan, resumes).items():

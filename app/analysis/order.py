@@ -31,7 +31,9 @@ class OrderReport:
     per_resume: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
-def analyze_order(run: RunData, plan: EpochPlan | None) -> OrderReport:
+def analyze_order(
+    run: RunData, plan: EpochPlan | None, coverage: CoverageMap | None = None
+) -> OrderReport:
     report = OrderReport()
     trace = run.trace
     resumes = [s for s in run.resumes if s.start_step is not None]
@@ -48,7 +50,7 @@ def analyze_order(run: RunData, plan: EpochPlan | None) -> OrderReport:
             evidence["design"] = design.describe()
             evidence["design_divergence_step"] = _design_check(design, trace, plan, run, resume)
         report.per_resume[resume.ordinal] = evidence
-    repeats = _repeated_epochs(run, plan, resumes)
+    repeats = _repeated_epochs(run, plan, resumes, coverage or CoverageMap(trace, plan))
     for ordinal, items in repeats.items():
         report.per_resume[ordinal]["repeated_epochs"] = items
     for resume in resumes:
@@ -112,11 +114,9 @@ def _design_check(
 
 
 def _repeated_epochs(
-    run: RunData, plan: EpochPlan, resumes: list[SegmentInfo]
+    run: RunData, plan: EpochPlan, resumes: list[SegmentInfo], coverage: CoverageMap
 ) -> dict[int, list[dict[str, Any]]]:
     """Epochs after a resume whose order equals an earlier epoch's, by resume ordinal."""
-    assert run.trace is not None
-    coverage = CoverageMap(run.trace, plan)
     full = plan.samples_per_epoch
     orders = {
         e.epoch: coverage.ids(e.epoch)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.analysis.coverage import CoverageMap
 from app.analysis.drift import analyze_drift
 from app.analysis.epochs import EpochPlan, plan_epochs
 from app.analysis.findings import (
@@ -53,10 +54,13 @@ class AnalysisReport:
 
 def analyze_run(run: RunData) -> AnalysisReport:
     plan = plan_epochs(run)
-    order = analyze_order(run, plan)
+    coverage = None
+    if plan is not None and run.trace is not None and run.trace.size and run.resumes:
+        coverage = CoverageMap(run.trace, plan)
+    order = analyze_order(run, plan, coverage)
     findings = [
         *analyze_state(run),
-        *analyze_drift(run, plan),
+        *analyze_drift(run, plan, coverage),
         *order.findings,
         *analyze_lr(run),
         *analyze_spikes(run),

@@ -17,6 +17,9 @@ except ImportError:  # pragma: no cover
     torch = None  # type: ignore[assignment]
 
 SAMPLER_KINDS = ("torch_distributed", "torch_random", "megatron_cyclic", "sequential")
+# Recognising an undeclared torch sampler costs one full permutation per candidate; above this
+# dataset size only a declared sampler (config "sampler") is replayed.
+INFER_MAX_DATASET = 4_000_000
 
 
 def _randperm(n: int, seed: int) -> np.ndarray:
@@ -83,7 +86,7 @@ def find_design(run: RunData, dataset_size: int, batch: int) -> SamplerDesign | 
 def _candidates(run: RunData, n: int) -> list[SamplerDesign]:
     seeds = sorted({c.seed for c in run.checkpoints if c.seed is not None})
     candidates = [SamplerDesign("sequential", n)]
-    if torch is None:
+    if torch is None or n > INFER_MAX_DATASET:
         return candidates
     for seed in seeds[:3]:
         candidates.append(SamplerDesign("torch_distributed", n, seed))

@@ -58,11 +58,24 @@ def segments_from_events(events: Sequence[LifecycleEvent]) -> list[SegmentSpec]:
     return segments
 
 
-def infer_segments(steps: np.ndarray, times: np.ndarray | None = None) -> list[SegmentSpec]:
-    """Segments from a log alone: a new process starts where the step goes back or repeats."""
+RESTART_GAP_SECONDS = 300.0
+RESTART_GAP_STEPS = 100.0  # ... and this many typical step times
+
+
+def infer_segments(
+    steps: np.ndarray,
+    times: np.ndarray | None = None,
+    busy: Sequence[tuple[float, float]] = (),
+) -> list[SegmentSpec]:
+    """Segments from a log alone. A new process starts where the step goes back or repeats, or
+    where the log pauses for longer than ``RESTART_GAP_SECONDS`` and 100 typical step times
+    without a checkpoint save (``busy`` intervals) to explain the pause."""
     if steps.size == 0:
         return [SegmentSpec(ordinal=0, start_step=0, source="inferred")]
-    starts = np.concatenate(([0], np.flatnonzero(steps[1:] <= steps[:-1]) + 1))
+    boundary = steps[1:] <= steps[:-1]
+    if times is not None and times.size == steps.size and times.size > 2:
+        boundary |= _restart_pauses(times, busy)
+    starts = np.concatenate(([0], np.flatnonzero(boundary) + 1))
     segments = []
     for ordinal, row in enumerate(starts.tolist()):
         first = int(steps[row])
@@ -75,6 +88,18 @@ def infer_segments(steps: np.ndarray, times: np.ndarray | None = None) -> list[S
             )
         )
     return segments
+
+
+def _restart_pauses(times: np.ndarray, busy: Sequence[tuple[float, float]]) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        dt = np.diff(times)
+    typical = float(np.nanmedian(dt)) if np.isfinite(dt).any() else 0.0
+    long = np.nan_to_num(dt, nan=0.0) > max(RESTART_GAP_SECONDS, RESTART_GAP_STEPS * typical)
+    for row in np.flatnonzero(long).tolist():
+        start, end = float(times[row]), float(times[row + 1])
+        if any(s <= end and e >= start for s, e in busy):
+            long[row] = False  # a slow save, not a restart
+    return long
 
 
 def assign_rows(

@@ -32,6 +32,7 @@ SPIKE_Z = 6.0  # an unattributed spike, anywhere in the run
 NEAR_Z = 4.5  # a spike in the first points after a save or resume
 AFTER_GAP_Z = 2.5  # the first points after a stall (a save followed by missing steps)
 ATTRIBUTION_POINTS = 3
+MIN_SPIKE_RATIO = 2.0  # an unattributed spike is also at least this many times the recent median
 METRICS = ("loss", "grad_norm")
 
 
@@ -194,6 +195,8 @@ def _unattributed(
         if ("loss", index) in claimed:
             continue
         spike = _spike("loss", series, z, index)
+        if not spike.value >= MIN_SPIKE_RATIO * spike.baseline:
+            continue
         out.append(
             Finding(
                 kind=LOSS_SPIKE,

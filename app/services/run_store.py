@@ -80,7 +80,12 @@ def plan_layout(parsed: ParsedRun, warnings: Warnings) -> RunLayout:
     ]
     segments = segments_from_events(lifecycle)
     if not segments:
-        segments = infer_segments(metrics.steps, metrics.times)
+        saves = [
+            (c.time_start, c.time_end)
+            for c in parsed.checkpoints
+            if c.time_start is not None and c.time_end is not None
+        ]
+        segments = infer_segments(metrics.steps, metrics.times, saves)
     metric_ordinals = assign_rows(metrics.steps, segments, metrics.times)
     for row in unexpected_restarts(metrics.steps, metric_ordinals)[:3]:
         warnings.add(

@@ -60,3 +60,12 @@ def test_restart_missing_from_events_is_reported() -> None:
     segs = segments_from_events(_events(("process_start", 0, 0.0)))
     ordinals = assign_rows(steps, segs)
     assert unexpected_restarts(steps, ordinals) == [3]
+
+
+def test_a_long_pause_without_a_save_is_a_restart_but_a_slow_save_is_not() -> None:
+    steps = np.arange(1, 11)
+    times = np.array([0, 1, 2, 3, 4, 1000, 1001, 1002, 1003, 1004], dtype=float)
+    segs = infer_segments(steps, times)
+    assert [s.start_step for s in segs] == [0, 5]
+    assert assign_rows(steps, segs, times).tolist() == [0] * 5 + [1] * 5
+    assert len(infer_segments(steps, times, busy=[(4.5, 999.0)])) == 1
