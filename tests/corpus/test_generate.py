@@ -186,6 +186,21 @@ def test_run_directories_are_valid(corpus: dict[str, Path]) -> None:
             assert events[-1] == {**events[-1], "event": "process_exit", "reason": "finished"}
 
 
+def test_epoch_quirk(corpus: dict[str, Path]) -> None:
+    """Some runs log an epoch's last step with the next epoch's number, some do not."""
+    seen = set()
+    for run in corpus.values():
+        truth = load(run / "truth.json")
+        params, spe = truth["params"], truth["steps_per_epoch"]
+        if params["log_every"] != 1 or params["sampler"]["kind"] == "megatron_cyclic":
+            continue
+        epochs = {m["step"]: m["epoch"] for m in lines(run / "metrics.jsonl")}
+        assert epochs[spe - 1] == 0 and epochs[spe + 1] == 1
+        assert epochs[spe] == int(params["epoch_after_advance"])
+        seen.add(params["epoch_after_advance"])
+    assert seen
+
+
 def test_no_events_or_samples_only_where_allowed(corpus: dict[str, Path]) -> None:
     for fault, run in corpus.items():
         if not (run / "events.jsonl").exists():
