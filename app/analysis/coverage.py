@@ -51,9 +51,19 @@ class CoverageMap:
         return lo, hi
 
     def ids(self, epoch: int) -> np.ndarray:
-        """Ids of the epoch's logged steps, in step order."""
+        """Ids the epoch consumed, in order. In the stream layout the steps at either end may
+        be shared with the neighbouring epoch: only this epoch's part of them counts."""
         lo, hi = self.rows(epoch)
-        return self.trace.ids[self._offsets[lo] : self._offsets[hi]]
+        start, end = int(self._offsets[lo]), int(self._offsets[hi])
+        if self.plan.stream and lo < hi:
+            first_step, last_step = self.plan.window(epoch)
+            first_pos, end_pos = self.plan.positions(epoch)
+            batch = self.plan.global_batch_size
+            if int(self.trace.steps[lo]) == first_step:
+                start += first_pos - (first_step - 1) * batch
+            if int(self.trace.steps[hi - 1]) == last_step:
+                end -= last_step * batch - end_pos
+        return self.trace.ids[start:end]
 
     def counts(self, epoch: int) -> np.ndarray:
         return np.bincount(self.ids(epoch), minlength=self.size)[: self.size]
@@ -62,7 +72,7 @@ class CoverageMap:
         first, last = self.plan.window(epoch)
         lo, hi = self.rows(epoch)
         counts = self.counts(epoch)
-        samples = int(self._offsets[hi] - self._offsets[lo])
+        samples = int(counts.sum())
         return EpochCoverage(
             epoch=epoch,
             first_step=first,

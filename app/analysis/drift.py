@@ -190,6 +190,7 @@ def _trace_finding(
         segment=resume.ordinal,
         evidence={
             "dataset_size": plan.dataset_size,
+            "samples_per_epoch": plan.samples_per_epoch,
             "steps_per_epoch": plan.steps_per_epoch,
             "global_batch_size": plan.global_batch_size,
             "epoch_plan_source": plan.source,

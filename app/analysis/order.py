@@ -39,7 +39,7 @@ def analyze_order(
     resumes = [s for s in run.resumes if s.start_step is not None]
     if trace is None or not trace.size or plan is None or not resumes:
         return report
-    design = find_design(run, plan.dataset_size, plan.global_batch_size)
+    design = find_design(run, plan)
     if design is not None and not _design_holds_before(design, trace, plan, resumes):
         design = None
     report.design = design
@@ -64,11 +64,8 @@ def _design_holds_before(
     design: SamplerDesign, trace: Trace, plan: EpochPlan, resumes: list[SegmentInfo]
 ) -> bool:
     first_resume = min(int(s.start_step or 0) for s in resumes)
-    last = min(first_resume, plan.steps_per_epoch * 2)
-    return (
-        first_divergence(design, trace, plan.steps_per_epoch, plan.global_batch_size, 1, last)
-        is None
-    )
+    last = min(first_resume, int(plan.steps_per_epoch * 2))
+    return first_divergence(design, trace, plan, 1, last) is None
 
 
 def _replay_check(run: RunData, resume: SegmentInfo) -> dict[str, Any]:
@@ -109,8 +106,8 @@ def _design_check(
 ) -> int | None:
     start = (resume.start_step or 0) + 1
     later = [s.start_step for s in run.segments if s.ordinal > resume.ordinal and s.start_step]
-    end = min([start + 3 * plan.steps_per_epoch, *later])
-    return first_divergence(design, trace, plan.steps_per_epoch, plan.global_batch_size, start, end)
+    end = min([start + int(3 * plan.steps_per_epoch), *later])
+    return first_divergence(design, trace, plan, start, end)
 
 
 def _repeated_epochs(

@@ -63,9 +63,8 @@ EXPECTED_KIND = {
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    paths = generate_corpus(tmp_path_factory.mktemp("corpus"), quick=True, seed=3)
-    return {load(path / "truth.json")["fault"]: path for path in paths}
+def corpus(quick_corpus: list[Path]) -> dict[str, Path]:
+    return {load(path / "truth.json")["fault"]: path for path in quick_corpus}
 
 
 def load(path: Path) -> Any:
