@@ -80,8 +80,7 @@ class CoverageMap:
             steps_logged=hi - lo,
             complete=last_step >= last,
             samples=samples,
-            unseen=self.plan.dataset_size
-            - int(np.count_nonzero(counts[: self.plan.dataset_size])),
+            unseen=self.plan.dataset_size - int(np.count_nonzero(counts[: self.plan.dataset_size])),
             repeated=int(np.count_nonzero(counts > 1)),
             extra=samples - int(np.count_nonzero(counts)),
         )

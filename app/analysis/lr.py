@@ -1,8 +1,10 @@
 """Learning-rate continuity across each resume.
 
 The first logged LRs after a resume are compared with what the schedule gave before it: the
-values the previous process logged for the same steps when they were replayed, or else a local
-linear extrapolation of the last points before the resume.
+values the previous process logged for the same steps when they were replayed, or else the
+schedule's own shape before the resume. A smooth schedule is extrapolated linearly from its
+last points; a piecewise-constant one (StepLR) continues at its level, dropping by its usual
+factor at its usual period (a first drop is accepted: only a rise is suspect there).
 """
 
 from __future__ import annotations
@@ -37,9 +39,20 @@ def _check(lr: Series, replayed: Series | None, resume: SegmentInfo) -> Finding 
     if after.size == 0 or before.size < 2:
         return None
     steps, actual = lr.steps[after], lr.values[after]
-    expected, basis = _from_replay(replayed, resume, steps)
-    if expected is None:
-        expected, basis = _extrapolate(lr.steps[before], lr.values[before], steps), "extrapolated"
+    replay = _from_replay(replayed, resume, steps)
+    if replay is not None:
+        keep, expected = replay
+        steps, actual, basis = steps[keep], actual[keep], "the same steps before the crash"
+    else:
+        history_all = np.flatnonzero((lr.segments < resume.ordinal) & (lr.steps <= start))
+        piecewise = _piecewise(lr.steps[history_all], lr.values[history_all], steps, actual)
+        if piecewise is _NO_CHECK:
+            return None
+        if piecewise is not None:
+            expected, basis = piecewise, "the step schedule before the resume"
+        else:
+            expected = _extrapolate(lr.steps[before], lr.values[before], steps)
+            basis = "extrapolated"
     scale = np.maximum(np.abs(expected), 1e-12)
     relative = np.abs(actual - expected) / scale
     history = lr.values[before]
@@ -77,17 +90,51 @@ def _check(lr: Series, replayed: Series | None, resume: SegmentInfo) -> Finding 
 
 def _from_replay(
     replayed: Series | None, resume: SegmentInfo, steps: np.ndarray
-) -> tuple[np.ndarray | None, str]:
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Which of ``steps`` the previous process also logged, and the LR it logged there."""
     if replayed is None or not replayed.size:
-        return None, ""
+        return None
     mine = replayed.segments == resume.ordinal - 1
-    values = []
-    for step in steps.tolist():
+    keep, values = [], []
+    for i, step in enumerate(steps.tolist()):
         hit = np.flatnonzero(mine & (replayed.steps == step))
-        if hit.size == 0:
-            return None, ""
-        values.append(float(replayed.values[hit[-1]]))
-    return np.asarray(values), "the same steps before the crash"
+        if hit.size:
+            keep.append(i)
+            values.append(float(replayed.values[hit[-1]]))
+    if not keep:
+        return None
+    return np.asarray(keep), np.asarray(values)
+
+
+_NO_CHECK = np.zeros(0)
+
+
+def _piecewise(
+    steps: np.ndarray, values: np.ndarray, at: np.ndarray, actual: np.ndarray
+) -> np.ndarray | None:
+    """Expected LRs when the schedule before the resume was piecewise constant; ``None`` when
+    it was not; ``_NO_CHECK`` for a plausible first drop that nothing before can confirm."""
+    if steps.size < 3:
+        return None
+    ratios = values[1:] / np.maximum(values[:-1], 1e-30)
+    if bool(np.any(np.abs(ratios[-2:] - 1.0) > 1e-6)):
+        return None  # still moving at the resume: a smooth schedule
+    rises = np.flatnonzero(ratios > 1.0 + 1e-6)
+    if rises.size:  # a warm-up: only what came after it describes the decay
+        ratios = ratios[rises[-1] + 1 :]
+        steps = steps[rises[-1] + 1 :]
+    moved = np.flatnonzero(np.abs(ratios - 1.0) > 1e-6)
+    if moved.size > max(3, steps.size // 20):
+        return None  # a smooth decay
+    level = float(values[-1])
+    if moved.size == 0:
+        return _NO_CHECK if bool(np.all(actual <= level)) else np.full(at.size, level)
+    factor = float(np.median(ratios[moved]))
+    jumps = steps[moved + 1]
+    period = int(np.median(np.diff(jumps))) if jumps.size > 1 else int(jumps[0])
+    last_jump = int(jumps[-1])
+    drops = np.maximum((at - last_jump) // max(period, 1), 0)
+    return level * factor**drops
 
 
 def _extrapolate(steps: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:

@@ -66,27 +66,37 @@ def infer_segments(
     steps: np.ndarray,
     times: np.ndarray | None = None,
     busy: Sequence[tuple[float, float]] = (),
+    checkpoint_steps: Sequence[int] = (),
 ) -> list[SegmentSpec]:
     """Segments from a log alone. A new process starts where the step goes back or repeats, or
     where the log pauses for longer than ``RESTART_GAP_SECONDS`` and 100 typical step times
-    without a checkpoint save (``busy`` intervals) to explain the pause."""
+    beyond what checkpoint saves (``busy`` intervals) explain. A resumed process starts from the
+    latest checkpoint before its first logged step."""
     if steps.size == 0:
         return [SegmentSpec(ordinal=0, start_step=0, source="inferred")]
     boundary = steps[1:] <= steps[:-1]
     if times is not None and times.size == steps.size and times.size > 2:
         boundary |= _restart_pauses(times, busy)
-    starts = np.concatenate(([0], np.flatnonzero(boundary) + 1))
+    starts = np.concatenate(([0], np.flatnonzero(boundary) + 1)).tolist()
+    interval = max(int(np.median(np.diff(steps))), 1) if steps.size > 1 else 1
+    saved = sorted(checkpoint_steps)
     segments = []
-    for ordinal, row in enumerate(starts.tolist()):
+    for ordinal, row in enumerate(starts):
         first = int(steps[row])
+        start = 0 if ordinal == 0 and first <= interval else first - 1
+        if ordinal > 0:
+            start = max((s for s in saved if s <= first - 1), default=start)
         segments.append(
             SegmentSpec(
                 ordinal=ordinal,
-                start_step=max(first - 1, 0),
+                start_step=start,
                 started_at=_at(times, row),
                 source="inferred",
             )
         )
+        if ordinal > 0 and first > int(steps[row - 1]):
+            # the log continued without a replay: the previous process ended at its last row
+            segments[ordinal - 1].end_step = int(steps[row - 1])
     return segments
 
 
@@ -94,11 +104,13 @@ def _restart_pauses(times: np.ndarray, busy: Sequence[tuple[float, float]]) -> n
     with np.errstate(invalid="ignore"):
         dt = np.diff(times)
     typical = float(np.nanmedian(dt)) if np.isfinite(dt).any() else 0.0
-    long = np.nan_to_num(dt, nan=0.0) > max(RESTART_GAP_SECONDS, RESTART_GAP_STEPS * typical)
+    threshold = max(RESTART_GAP_SECONDS, RESTART_GAP_STEPS * typical)
+    long = np.nan_to_num(dt, nan=0.0) > threshold
     for row in np.flatnonzero(long).tolist():
         start, end = float(times[row]), float(times[row + 1])
-        if any(s <= end and e >= start for s, e in busy):
-            long[row] = False  # a slow save, not a restart
+        saving = sum(max(0.0, min(e, end) - max(s, start)) for s, e in busy)
+        if (end - start) - saving <= threshold:
+            long[row] = False  # a slow save explains the pause: not a restart
     return long
 
 

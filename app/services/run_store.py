@@ -85,7 +85,8 @@ def plan_layout(parsed: ParsedRun, warnings: Warnings) -> RunLayout:
             for c in parsed.checkpoints
             if c.time_start is not None and c.time_end is not None
         ]
-        segments = infer_segments(metrics.steps, metrics.times, saves)
+        steps = [c.step for c in parsed.checkpoints]
+        segments = infer_segments(metrics.steps, metrics.times, saves, steps)
     metric_ordinals = assign_rows(metrics.steps, segments, metrics.times)
     for row in unexpected_restarts(metrics.steps, metric_ordinals)[:3]:
         warnings.add(
@@ -93,13 +94,14 @@ def plan_layout(parsed: ParsedRun, warnings: Warnings) -> RunLayout:
             " there",
             kind="unrecorded-restart",
         )
-    complete_from_rows(segments, metrics.steps, metric_ordinals, metrics.times)
     eval_ordinals = None
     if parsed.evals is not None:
         eval_ordinals = assign_rows(parsed.evals.steps, segments, parsed.evals.times)
     sample_ordinals = None
     if parsed.samples is not None:
         sample_ordinals = assign_rows(parsed.samples.steps, segments)
+    # only now: end steps taken from the metric rows must not split the other logs
+    complete_from_rows(segments, metrics.steps, metric_ordinals, metrics.times)
     return RunLayout(segments, metric_ordinals, eval_ordinals, sample_ordinals)
 
 

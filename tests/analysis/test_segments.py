@@ -69,3 +69,13 @@ def test_a_long_pause_without_a_save_is_a_restart_but_a_slow_save_is_not() -> No
     assert [s.start_step for s in segs] == [0, 5]
     assert assign_rows(steps, segs, times).tolist() == [0] * 5 + [1] * 5
     assert len(infer_segments(steps, times, busy=[(4.5, 999.0)])) == 1
+
+
+def test_preemption_without_events_resumes_from_the_last_checkpoint() -> None:
+    steps = np.arange(5, 101, 5)  # logged every 5 steps; preempted after the save at 50
+    times = np.where(steps <= 50, steps.astype(float), steps + 1300.0)
+    segs = infer_segments(steps, times, busy=[(50.5, 54.0)], checkpoint_steps=[25, 50, 75])
+    assert [(s.start_step, s.end_step) for s in segs] == [(0, 50), (50, None)]
+    sample_steps = np.arange(1, 101)  # the sample log has every step and no times
+    ordinals = assign_rows(sample_steps, segs)
+    assert ordinals.tolist() == [0] * 50 + [1] * 50

@@ -64,3 +64,25 @@ def test_lr_schedule_restarting_warmup_is_a_discontinuity() -> None:
 def test_continuous_lr_is_not_flagged() -> None:
     report = analyze_run(build_run(fault="exact"))
     assert _bad(report) == []
+
+
+def _step_schedule(run, at_resume: float) -> None:
+    """StepLR: 1e-3 halved every 40 steps; ``at_resume`` is the LR logged after step 120."""
+    lr = run.metrics["lr"]
+    values = 1e-3 * 0.5 ** ((lr.steps - 1) // 40)
+    values[lr.steps > 120] = at_resume * 0.5 ** ((lr.steps[lr.steps > 120] - 121) // 40)
+    run.metrics["lr"] = Series(lr.steps, values.astype(float), lr.times, lr.segments)
+
+
+def test_a_scheduled_drop_at_the_resume_step_is_not_a_discontinuity() -> None:
+    run = build_run(fault="exact")
+    run.replayed_metrics = {}
+    _step_schedule(run, at_resume=1e-3 * 0.5**3)  # step 121 is a scheduled drop
+    assert _bad(analyze_run(run)) == []
+
+
+def test_a_step_schedule_back_at_its_base_lr_is_a_discontinuity() -> None:
+    run = build_run(fault="exact", restored=COMPONENTS - {"scheduler"})
+    run.replayed_metrics = {}
+    _step_schedule(run, at_resume=1e-3)
+    assert _bad(analyze_run(run)) == [(LR_DISCONTINUITY, WARNING)]

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from scripts.corpus.faults import FAULT_KINDS, ResumeBugs
-from scripts.corpus.generate import Slot, generate_corpus, generate_run
+from scripts.corpus.generate import Slot, generate_run
 from scripts.corpus.labels import data_verdict, epoch_chunks
 from scripts.corpus.samplers import SamplerSpec, design_trace, epoch_order
 from scripts.corpus.trainer import ResumeReport
