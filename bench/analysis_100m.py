@@ -20,11 +20,17 @@ from app.analysis.report import analyze_run
 COMPONENTS = frozenset({"model", "optimizer", "scheduler", "rng", "dataloader"})
 
 
-def build(steps: int, batch: int, epochs: int, resume: int, crash: int, seed: int = 7) -> RunData:
+def build(
+    steps: int, batch: int, epochs: int, resume: int, crash: int, seed: int = 7, drift: bool = False
+) -> RunData:
     spe = steps // epochs
     n = spe * batch
     rng = np.random.default_rng(seed)
     ids = np.concatenate([rng.permutation(n) for _ in range(epochs)]).astype(np.int64)
+    if drift:  # the resume restarts the loader with a fresh seed and no position
+        fresh = np.random.default_rng(seed + 1)
+        tail = np.concatenate([fresh.permutation(n) for _ in range(epochs)])
+        ids[resume * batch :] = tail[: ids.size - resume * batch]
     all_steps = np.arange(1, steps + 1, dtype=np.int64)
     segments = (all_steps > resume).astype(np.uint16)
     trace = Trace(all_steps, np.full(steps, batch, dtype=np.int64), ids, segments)
@@ -82,10 +88,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=1_024)
     parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--drift", action="store_true", help="make the resume a fresh-seed one")
     parser.add_argument("--json", help="write the result to this file")
     args = parser.parse_args()
     started = time.perf_counter()
-    run = build(args.steps, args.batch, args.epochs, resume=55_000, crash=55_700)
+    run = build(args.steps, args.batch, args.epochs, 55_000, 55_700, drift=args.drift)
     built = time.perf_counter() - started
     started = time.perf_counter()
     report = analyze_run(run)

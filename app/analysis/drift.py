@@ -116,12 +116,14 @@ def _segment(run: RunData, ordinal: int) -> SegmentInfo:
 
 
 def _ids_unseen_in_every_epoch(coverage: CoverageMap, epochs: tuple[int, ...]) -> np.ndarray:
-    if not epochs:
-        return np.zeros(0, dtype=np.int64)
-    never = np.ones(coverage.size, dtype=bool)
-    for epoch in epochs:
-        never &= coverage.counts(epoch) == 0
-    return np.flatnonzero(never)
+    """Mask of ids left out of every baseline epoch: left out by design (a sequential
+    sampler's drop_last tail)."""
+    never = np.zeros(coverage.plan.dataset_size, dtype=bool)
+    if epochs:
+        never[:] = True
+        for epoch in epochs:
+            never &= coverage.counts(epoch)[: coverage.plan.dataset_size] == 0
+    return never
 
 
 def _trace_finding(
@@ -137,15 +139,16 @@ def _trace_finding(
     unseen_total = repeated_total = 0
     first = epochs[0]
     counts = coverage.counts(first.epoch)
-    skipped = np.setdiff1d(np.flatnonzero(counts[: plan.dataset_size] == 0), design_unseen)
+    skipped_mask = (counts[: plan.dataset_size] == 0) & ~design_unseen
+    skipped = np.flatnonzero(skipped_mask)
     repeated = np.flatnonzero(counts > 1)
     same_head = True
-    by_design = base.unseen - design_unseen.size  # unseen per epoch beyond fixed left-outs
+    # unseen per epoch beyond the ids every baseline epoch left out
+    by_design = base.unseen - int(np.count_nonzero(design_unseen))
     for epoch in epochs:
         epoch_counts = coverage.counts(epoch.epoch)[: plan.dataset_size]
-        outside_design = int(np.count_nonzero(epoch_counts == 0)) - int(
-            np.count_nonzero(epoch_counts[design_unseen] == 0)
-        )
+        unseen_mask = (epoch_counts == 0) & ~design_unseen
+        outside_design = int(np.count_nonzero(unseen_mask))
         unseen_excess = max(round(outside_design - by_design), 0)
         repeated_excess = max(round(epoch.repeated - base.repeated), 0)
         unseen_total += unseen_excess
@@ -162,8 +165,7 @@ def _trace_finding(
             }
         )
         if epoch is not first and same_head:
-            other = np.flatnonzero(epoch_counts == 0)
-            same_head = np.array_equal(np.setdiff1d(other, design_unseen), skipped)
+            same_head = bool(np.array_equal(unseen_mask, skipped_mask))
     r = resume.resume_step
     cause = _cause(resume, same_head and len(epochs) > 1)
     n = fmt_int(plan.dataset_size)

@@ -73,7 +73,9 @@ def index_ranges(ids: Any, limit: int = 20) -> list[list[int]]:
     """Sorted ids compressed to inclusive ``[first, last]`` ranges (at most ``limit``, largest)."""
     import numpy as np
 
-    arr = np.unique(np.asarray(ids, dtype=np.int64))
+    arr = np.asarray(ids, dtype=np.int64)
+    if arr.size > 1 and not bool(np.all(arr[1:] > arr[:-1])):
+        arr = np.unique(arr)
     if arr.size == 0:
         return []
     breaks = np.flatnonzero(np.diff(arr) != 1)
