@@ -8,7 +8,7 @@ from app.analysis.drift import analyze_drift
 from app.analysis.epochs import plan_epochs
 from app.analysis.findings import CRITICAL, RESUME_DATA_DRIFT
 from app.analysis.report import analyze_run
-from tests.analysis.synth import build_run
+from tests.analysis.synth import COMPONENTS, build_run
 
 # (fault, shuffled sampler, first affected epoch); the resume at step 120 is in epoch 2.
 # A sequential sampler has the same order every epoch, so "epoch off by one" changes nothing
@@ -84,3 +84,27 @@ def test_repair_advice_names_the_checkpoint_and_loader_state() -> None:
     assert verdicts[120].safe and not verdicts[140].safe
     assert "saved after the suspect resume from step 120" in verdicts[140].reasons[0]
     assert report.verdict == "fail"
+
+
+def test_without_a_trace_the_manifests_after_a_resume_are_checked() -> None:
+    run = build_run(fault="fresh_seed", restored=COMPONENTS - {"dataloader"})
+    run.trace = run.replayed_trace = None
+    for ckpt in run.checkpoints:
+        if ckpt.step > 120:  # what a loader restarted with a new seed at epoch 0 records
+            ckpt.seed = 99
+            ckpt.epoch, ckpt.consumed_in_epoch = divmod((ckpt.step - 120) * 8, 400)
+    report = analyze_run(run)
+    (drift,) = [f for f in report.findings if f.severity != "info"]
+    assert drift.kind == RESUME_DATA_DRIFT and drift.resume_from_step == 120
+    manifest = drift.evidence["manifest"]
+    assert manifest["checkpoint"] == "step_000140"
+    assert manifest["seed"] == {"recorded": 99, "designed": 3}
+    assert manifest["position"] == {"recorded": [0, 160], "designed": [2, 320]}
+    assert "seed 99 instead of 3" in drift.message
+    assert "did not restore the dataloader" in drift.evidence["cause"]
+
+
+def test_consistent_manifests_without_a_trace_raise_nothing() -> None:
+    run = build_run(fault="exact")
+    run.trace = run.replayed_trace = None
+    assert [f.kind for f in analyze_run(run).findings] == ["resume_ok"]
