@@ -9,19 +9,12 @@ from fastapi import Depends
 from sqlalchemy.orm import Session
 
 from app.config import Settings, get_settings
-from app.db import get_engine, session_factory
+from app.db import get_engine, session_scope
 
 
 def get_session() -> Iterator[Session]:
-    session = session_factory(get_engine())()
-    try:
+    with session_scope(get_engine()) as session:
         yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
