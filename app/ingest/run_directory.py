@@ -14,18 +14,14 @@ from __future__ import annotations
 
 import math
 import re
-import tarfile
-import zipfile
-import zlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
 from typing import IO, Any
 
 import numpy as np
 
-from app.ingest.aliases import STEP_KEYS, TIME_KEYS, AliasTable
-from app.ingest.errors import IngestError, Warnings
-from app.ingest.jsonl import iter_json_objects, parse_json
+from app.ingest.aliases import STEP_KEYS, TIME_KEYS
+from app.ingest.context import ReadContext
+from app.ingest.errors import IngestError
 from app.ingest.records import (
     CheckpointRecord,
     ComponentRecord,
@@ -41,7 +37,6 @@ METRICS = "metrics.jsonl"
 NUMERIC_KEYS = frozenset({"loss", "lr", "grad_norm", "loss_scale", "consumed_samples", "epoch"})
 SAMPLE_ID_KEYS = ("sample_ids", "ids", "indices", "sample_indices")
 EVENT_KIND_KEYS = ("event", "type", "kind")
-MAX_JSON_DOC_BYTES = 16 << 20
 MAX_DATA_STATE_BYTES = 1 << 20
 
 _STEP = "\x00step"
@@ -51,23 +46,27 @@ _TIME_SET = frozenset(TIME_KEYS)
 
 
 class RunDirectoryReader:
-    """Parses one run directory (or a lone metrics file) into a :class:`ParsedRun`."""
+    """Parses one run directory (or a lone metrics file) into a :class:`ParsedRun`. Other
+    readers use :meth:`add_companions` for the run-directory files a source holds beside its own
+    format (a sample trace, events and checkpoint manifests next to a W&B run, say)."""
 
-    def __init__(
-        self,
-        tree: SourceTree,
-        *,
-        aliases: AliasTable,
-        warnings: Warnings,
-        max_line_bytes: int,
-        on_bytes: Callable[[int], None] | None = None,
-    ) -> None:
-        self.tree = tree
-        self.aliases = aliases
-        self.warnings = warnings
-        self.max_line_bytes = max_line_bytes
-        self.on_bytes = on_bytes
-        self.root = find_run_root(tree)
+    name = FORMAT
+
+    def __init__(self, ctx: ReadContext, root: str | None = None) -> None:
+        self.ctx = ctx
+        self.tree = ctx.tree
+        self.aliases = ctx.aliases
+        self.warnings = ctx.warnings
+        self.root = find_run_root(ctx.tree) if root is None else root
+
+    @staticmethod
+    def detect(tree: SourceTree) -> str | None:
+        files = tree.files()
+        if any(f == METRICS or f.endswith("/" + METRICS) for f in files):
+            return find_run_root(tree)
+        if len(files) == 1 and files[0].endswith(".jsonl"):
+            return ""
+        return None
 
     def path(self, name: str) -> str:
         return f"{self.root}/{name}" if self.root else name
@@ -76,27 +75,34 @@ class RunDirectoryReader:
         files = set(self.tree.files())
         metrics_file = self._metrics_file(files)
         metrics = self._read_metric_table(metrics_file, prefix=None)
+        parsed = ParsedRun(source_format=FORMAT, metrics=metrics)
+        self.add_companions(parsed)
+        return parsed
+
+    def add_companions(self, parsed: ParsedRun) -> None:
+        """Fill what ``parsed`` lacks from run-directory files under the root, when present."""
+        files = set(self.tree.files())
         evals_path = self.path("evals.jsonl")
-        evals = self._read_metric_table(evals_path, prefix="eval/") if evals_path in files else None
+        if parsed.evals is None and evals_path in files:
+            parsed.evals = self._read_metric_table(evals_path, prefix="eval/")
         samples_path = self.path("samples.jsonl")
-        samples = self._read_samples(samples_path) if samples_path in files else None
+        if parsed.samples is None and samples_path in files:
+            parsed.samples = self._read_samples(samples_path)
         events_path = self.path("events.jsonl")
-        events = self._read_events(events_path) if events_path in files else []
-        checkpoints = self._read_checkpoints(files)
-        _fill_save_times_from_events(checkpoints, events)
+        if events_path in files:
+            parsed.events = self._read_events(events_path)  # recorded events win
+        if not parsed.checkpoints:
+            parsed.checkpoints = self._read_checkpoints(files)
+        _fill_save_times_from_events(parsed.checkpoints, parsed.events)
         config_path = self.path("config.json")
-        config = self._read_json_doc(config_path) if config_path in files else {}
-        return ParsedRun(
-            source_format=FORMAT,
-            metrics=metrics,
-            evals=evals,
-            samples=samples,
-            events=events,
-            checkpoints=checkpoints,
-            config=config,
-            dataset_size=_consistent(checkpoints, "dataset_size", config),
-            global_batch_size=_consistent(checkpoints, "global_batch_size", config),
-        )
+        if config_path in files:
+            parsed.config = {**parsed.config, **self.ctx.json_doc(config_path)}
+        if parsed.dataset_size is None:
+            parsed.dataset_size = _consistent(parsed.checkpoints, "dataset_size", parsed.config)
+        if parsed.global_batch_size is None:
+            parsed.global_batch_size = _consistent(
+                parsed.checkpoints, "global_batch_size", parsed.config
+            )
 
     def _metrics_file(self, files: set[str]) -> str:
         wanted = self.path(METRICS)
@@ -110,22 +116,11 @@ class RunDirectoryReader:
             file=self.tree.name,
         )
 
-    @contextmanager
-    def _open(self, path: str) -> Iterator[IO[bytes]]:
-        try:
-            with self.tree.open(path) as stream:
-                yield stream
-        except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, OSError) as exc:
-            raise IngestError(f"could not be read ({exc})", file=path) from None
+    def _open(self, path: str) -> Any:
+        return self.ctx.open(path)
 
     def _objects(self, path: str, stream: IO[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
-        return iter_json_objects(
-            stream,
-            path,
-            self.warnings,
-            max_line_bytes=self.max_line_bytes,
-            on_bytes=self.on_bytes,
-        )
+        return self.ctx.objects(path, stream)
 
     def _read_metric_table(self, path: str, *, prefix: str | None) -> MetricTable:
         steps: list[int] = []
@@ -267,22 +262,6 @@ class RunDirectoryReader:
                 )
         return events
 
-    def _read_json_doc(self, path: str) -> dict[str, Any]:
-        size = self.tree.sizes.get(path, 0)
-        if size > MAX_JSON_DOC_BYTES:
-            raise IngestError(f"{size} bytes; a JSON document is limited to 16 MiB", file=path)
-        with self._open(path) as stream:
-            raw = stream.read()
-        if self.on_bytes is not None:
-            self.on_bytes(len(raw))
-        try:
-            doc = parse_json(raw)
-        except (ValueError, RecursionError) as exc:
-            raise IngestError(f"not valid JSON ({exc})", file=path) from None
-        if not isinstance(doc, dict):
-            raise IngestError(f"expected a JSON object, got {type(doc).__name__}", file=path)
-        return doc
-
     def _read_checkpoints(self, files: set[str]) -> list[CheckpointRecord]:
         prefix = self.path("checkpoints/")
         manifests = sorted(
@@ -297,7 +276,7 @@ class RunDirectoryReader:
         return records
 
     def _read_manifest(self, path: str, files: set[str]) -> CheckpointRecord:
-        doc = self._read_json_doc(path)
+        doc = self.ctx.json_doc(path)
         folder = path.rsplit("/", 2)[-2]
         step = _opt_int(doc, "step", path)
         if step is None:
@@ -331,7 +310,7 @@ class RunDirectoryReader:
                 and state_path.endswith(".json")
                 and self.tree.sizes[state_path] <= MAX_DATA_STATE_BYTES
             ):
-                record.data_state = self._read_json_doc(state_path)
+                record.data_state = self.ctx.json_doc(state_path)
         return record
 
 

@@ -20,9 +20,10 @@ from sqlalchemy.orm import Session
 from app.config import Settings
 from app.db import session_scope
 from app.ingest.aliases import AliasTable
+from app.ingest.context import ReadContext
 from app.ingest.errors import IngestError, Warnings
+from app.ingest.formats import read_source
 from app.ingest.records import ParsedRun
-from app.ingest.run_directory import RunDirectoryReader
 from app.ingest.source import Limits, open_source
 from app.models import IngestJob, Project, Run
 from app.services import analysis as analysis_service
@@ -177,14 +178,14 @@ def _parse(
     scratch = settings.resolved_home / "tmp"
     scratch.mkdir(parents=True, exist_ok=True)
     with open_source(path, source.kind, source.name, warnings, limits, scratch) as tree:
-        reader = RunDirectoryReader(
-            tree,
+        ctx = ReadContext(
+            tree=tree,
             aliases=AliasTable(settings.metric_aliases),
             warnings=warnings,
             max_line_bytes=settings.max_line_bytes,
             on_bytes=progress,
         )
-        return reader.read()
+        return read_source(ctx)
 
 
 def _check_sample_ids(parsed: ParsedRun, warnings: Warnings) -> None:

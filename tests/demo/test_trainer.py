@@ -167,6 +167,7 @@ def test_every_scenario_writes_valid_files(runs: Path, name: str) -> None:
 @pytest.mark.parametrize("name", ["clean", "fresh_seed", "stall_on_save"])
 def test_runwatch_reader_accepts_the_run(runs: Path, name: str) -> None:
     from app.ingest.aliases import AliasTable
+    from app.ingest.context import ReadContext
     from app.ingest.errors import Warnings
     from app.ingest.run_directory import RunDirectoryReader
     from app.ingest.source import DirectoryTree, Limits
@@ -179,9 +180,8 @@ def test_runwatch_reader_accepts_the_run(runs: Path, name: str) -> None:
         max_line_bytes=1 << 20,
     )
     tree = DirectoryTree(runs / name, warnings, limits)
-    parsed = RunDirectoryReader(
-        tree, aliases=AliasTable(), warnings=warnings, max_line_bytes=1 << 20
-    ).read()
+    ctx = ReadContext(tree, AliasTable(), warnings, max_line_bytes=1 << 20)
+    parsed = RunDirectoryReader(ctx).read()
     assert warnings.items == []
     assert parsed.metrics.num_rows == len(lines(runs / name / "metrics.jsonl"))
     assert parsed.dataset_size == truth(runs, name)["dataset_size"]

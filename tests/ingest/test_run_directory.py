@@ -6,8 +6,9 @@ from pathlib import Path
 import numpy as np
 
 from app.ingest.aliases import AliasTable
+from app.ingest.context import ReadContext
 from app.ingest.errors import Warnings
-from app.ingest.run_directory import RunDirectoryReader
+from app.ingest.formats import read_source
 from app.ingest.source import DirectoryTree, Limits
 
 LIMITS = Limits(
@@ -18,10 +19,8 @@ LIMITS = Limits(
 def _read(root: Path, aliases: AliasTable | None = None) -> tuple:
     warnings = Warnings()
     tree = DirectoryTree(root, warnings, LIMITS)
-    reader = RunDirectoryReader(
-        tree, aliases=aliases or AliasTable(), warnings=warnings, max_line_bytes=1 << 20
-    )
-    return reader.read(), warnings.summary()
+    ctx = ReadContext(tree, aliases or AliasTable(), warnings, max_line_bytes=1 << 20)
+    return read_source(ctx), warnings.summary()
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:

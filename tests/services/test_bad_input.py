@@ -89,7 +89,7 @@ CORRUPTIONS: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
     ),
     "no metrics file": (
         lambda d: (d / "metrics.jsonl").unlink(),
-        ("no metrics.jsonl found",),
+        ("no run found: no metrics.jsonl",),
     ),
     "bad manifest field": (
         lambda d: (d / "checkpoints/step_000300/manifest.json").write_text('{"step": "300"}'),
@@ -204,7 +204,7 @@ def test_a_link_in_place_of_the_metrics_file_fails(
         info.external_attr = 0o120777 << 16  # a symlink
         zf.writestr(info, "/etc/passwd")
     job = ingest_path(engine, settings, archive)
-    _assert_failed_cleanly(engine, settings, job, "no metrics.jsonl found")
+    _assert_failed_cleanly(engine, settings, job, "no run found: no metrics.jsonl")
     assert any("is a link, skipped" in w for w in job.warnings)
 
 

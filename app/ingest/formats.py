@@ -1,0 +1,60 @@
+"""Which reader a source needs. Each format is one module; adding a format is adding a reader
+here. A reader finds its run in the source tree (``detect`` returns the run's folder, "" for the
+top, or None) and parses it; run-directory files beside it (a sample trace, events, checkpoint
+manifests) are then added by the run-directory reader."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from app.ingest.context import ReadContext
+from app.ingest.errors import IngestError
+from app.ingest.records import ParsedRun
+from app.ingest.run_directory import RunDirectoryReader
+from app.ingest.source import SourceTree
+
+
+class Reader(Protocol):
+    name: str
+
+    def detect(self, tree: SourceTree) -> str | None: ...
+
+    def read(self, ctx: ReadContext, root: str) -> ParsedRun: ...
+
+
+class _RunDirectory:
+    name = RunDirectoryReader.name
+
+    def detect(self, tree: SourceTree) -> str | None:
+        return RunDirectoryReader.detect(tree)
+
+    def read(self, ctx: ReadContext, root: str) -> ParsedRun:
+        return RunDirectoryReader(ctx, root).read()
+
+
+def readers() -> list[Reader]:
+    """In order of precedence: a run directory's own metrics.jsonl wins over other logs."""
+    return [_RunDirectory()]
+
+
+def read_source(ctx: ReadContext) -> ParsedRun:
+    for reader in readers():
+        root = reader.detect(ctx.tree)
+        if root is None:
+            continue
+        parsed = reader.read(ctx, root)
+        if reader.name != RunDirectoryReader.name:
+            RunDirectoryReader(ctx, root).add_companions(parsed)
+        return parsed
+    names = ", ".join(r.name for r in readers()[1:])
+    others = f", and not a {names} run" if names else ""
+    raise IngestError(
+        f"no run found: no metrics.jsonl{others} (found: {_listing(ctx.tree.files())})",
+        file=ctx.tree.name,
+    )
+
+
+def _listing(files: list[str]) -> str:
+    if not files:
+        return "nothing"
+    return ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
