@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 
 from app.config import get_settings
-from app.db import get_engine
+from app.db import get_engine, session_scope
 from app.services import ingest as ingest_service
+from app.services import live as live_service
 from workers.celery_app import celery_app
 
 
@@ -25,3 +28,33 @@ def ingest(job_id: int) -> str:
 def enqueue_ingest(job_id: int) -> None:
     """Call only after the transaction that created the job has committed."""
     ingest.delay(job_id)
+
+
+REFRESH_DELAY_SECONDS = 2.0
+
+
+@celery_app.task(
+    name="runwatch.refresh_live",
+    autoretry_for=(OperationalError, InterfaceError, IntegrityError),
+    retry_backoff=2,
+    retry_backoff_max=60,
+    max_retries=8,
+)
+def refresh_live(run_id: int) -> str:
+    """Re-ingest and re-analyse a live run from its directory; again later if more arrived."""
+    engine, settings = get_engine(), get_settings()
+    with session_scope(engine) as session:
+        job_id = live_service.start_refresh(session=session, settings=settings, run_id=run_id)
+    if job_id is None:
+        return "nothing new"
+    started = time.monotonic()
+    job = ingest_service.run_job(engine=engine, settings=settings, job_id=job_id)
+    with session_scope(engine) as session:
+        again = live_service.more_pending(session=session, run_id=run_id)
+    if again:  # wait at least as long as a refresh takes, so big runs are not reread nonstop
+        enqueue_refresh(run_id, delay=max(REFRESH_DELAY_SECONDS, time.monotonic() - started))
+    return job.state
+
+
+def enqueue_refresh(run_id: int, delay: float = REFRESH_DELAY_SECONDS) -> None:
+    refresh_live.apply_async((run_id,), countdown=delay)

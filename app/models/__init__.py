@@ -6,6 +6,7 @@ from app.models.finding import Finding
 from app.models.job import IngestJob
 from app.models.run import Event, Project, Run, Segment
 from app.models.series import MetricChunk, MetricSeries, SampleChunk
+from app.models.stream import StreamBatch
 
 __all__ = [
     "Base",
@@ -20,4 +21,5 @@ __all__ = [
     "Run",
     "SampleChunk",
     "Segment",
+    "StreamBatch",
 ]

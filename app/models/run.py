@@ -5,7 +5,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from app.models.base import Base, JSONType, UTCDateTime, utcnow
@@ -47,6 +56,9 @@ class Run(Base):
     verdict: Mapped[str | None] = mapped_column(String(10), index=True)  # pass, warn, fail
     analysis: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     analyzed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    live: Mapped[bool] = mapped_column(Boolean, default=False)  # fed by a streaming logger
+    refresh_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    refreshed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, delete, select
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -54,6 +54,22 @@ def submit(*, session: Session, source: StoredSource, project: str, run_name: st
     session.add(job)
     session.flush()
     return job
+
+
+def prune_jobs(*, session: Session, run_id: int, source_key: str, keep: int) -> None:
+    """Delete all but the newest ``keep`` finished jobs of a run that read ``source_key``."""
+    old = session.scalars(
+        select(IngestJob.id)
+        .where(
+            IngestJob.run_id == run_id,
+            IngestJob.source_key == source_key,
+            IngestJob.state.in_(FINAL_STATES),
+        )
+        .order_by(IngestJob.id.desc())
+        .offset(keep)
+    ).all()
+    if old:
+        session.execute(delete(IngestJob).where(IngestJob.id.in_(old)))
 
 
 def get_job(*, session: Session, job_id: int) -> IngestJob | None:
