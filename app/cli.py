@@ -357,6 +357,52 @@ def check(
 
 
 @cli.command()
+def watch(
+    folders: Annotated[list[Path], typer.Argument(help="Folders holding runs (or runs)")],
+    project: Annotated[str, typer.Option(help="Project for the runs found")] = "default",
+    interval: Annotated[float, typer.Option(help="Seconds between scans")] = 5.0,
+    once: Annotated[
+        bool, typer.Option("--once", help="Scan once, wait for the jobs, exit")
+    ] = False,
+) -> None:
+    """Ingest every run under FOLDERS, and again whenever it grows (Ctrl-C stops)."""
+    from app.db import get_engine
+    from app.services.watch import Watcher
+    from workers.tasks import enqueue_ingest
+
+    for folder in folders:
+        if not folder.is_dir():
+            _err(f"not a folder: {folder}")
+            raise typer.Exit(2)
+    settings = get_settings()
+    _prepare_database(settings)
+    watcher = Watcher(
+        [f.resolve() for f in folders], project, get_engine(), settings, enqueue_ingest
+    )
+    with ExitStack() as stack:
+        if settings.is_embedded_broker and not _embedded_worker_running(settings):
+            from workers.celery_app import celery_app
+            from workers.embedded import EmbeddedWorker
+
+            stack.enter_context(EmbeddedWorker(celery_app, settings))
+        try:
+            while True:
+                jobs = watcher.poll()
+                for job_id in jobs:
+                    typer.echo(f"queued job {job_id}")
+                if once:
+                    results = _wait_for_jobs(jobs, timeout=3600, show_progress=False)
+                    for result in results:
+                        _print_result(result)
+                    if any(r["status"] != "succeeded" for r in results):
+                        raise typer.Exit(1)
+                    return
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            typer.echo("stopped watching")
+
+
+@cli.command()
 def worker(
     concurrency: Annotated[int | None, typer.Option(help="Worker processes")] = None,
     loglevel: Annotated[str, typer.Option()] = "INFO",

@@ -11,6 +11,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, delete, select
@@ -33,6 +34,7 @@ from app.services.sources import StoredSource, source_file
 log = logging.getLogger(__name__)
 
 QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
+EXTERNAL = "external"  # a source read in place (a watched folder), not copied into the store
 FINAL_STATES = (SUCCEEDED, FAILED)
 
 
@@ -116,6 +118,9 @@ def run_job(*, engine: Engine, settings: Settings, job_id: int) -> IngestJob:
         job.progress_done = 0
         source = _job_source(job)
 
+    unchanged = _unchanged_run(engine, source)
+    if unchanged is not None:
+        return _finish_unchanged(engine, job_id, unchanged)
     warnings = Warnings()
     progress = _Progress(engine, job_id)
     try:
@@ -133,6 +138,35 @@ def run_job(*, engine: Engine, settings: Settings, job_id: int) -> IngestJob:
         log.exception("ingest job %s failed unexpectedly", job_id)
         return _fail(engine, job_id, f"internal error: {type(exc).__name__}: {exc}", warnings)
     return _analyze_and_finish(engine, job_id, run_id)
+
+
+def _unchanged_run(engine: Engine, source: _Source) -> int | None:
+    """The run already ingested and analysed from exactly this source, if any."""
+    with session_scope(engine) as session:
+        run = session.scalars(
+            select(Run)
+            .join(Project)
+            .where(Project.name == source.project, Run.name == source.run_name)
+        ).one_or_none()
+        if run is None or run.source_sha256 != source.sha256 or run.verdict is None:
+            return None
+        return run.id
+
+
+def _finish_unchanged(engine: Engine, job_id: int, run_id: int) -> IngestJob:
+    with session_scope(engine) as session:
+        job = session.get(IngestJob, job_id)
+        assert job is not None
+        job.run_id = run_id
+        job.counts = dict(_last_counts(session, run_id) or {})
+        job.warnings = [
+            "unchanged: this source is identical to the one already ingested for the run"
+        ]
+        job.state = SUCCEEDED
+        job.phase = None
+        job.progress_done = job.progress_total
+        job.finished_at = datetime.now(UTC)
+        return job
 
 
 def _analyze_and_finish(engine: Engine, job_id: int, run_id: int) -> IngestJob:
@@ -182,9 +216,14 @@ def _job_source(job: IngestJob) -> _Source:
 def _parse(
     settings: Settings, source: _Source, warnings: Warnings, progress: _Progress
 ) -> ParsedRun:
-    path = source_file(settings, source.key)
-    if not path.exists():
-        raise IngestError("the raw source is missing from the source store", file=source.name)
+    if source.kind == EXTERNAL:  # a watched folder, read where it is
+        path, kind = Path(source.key), "directory"
+        if not path.is_dir():
+            raise IngestError("the watched folder is gone", file=source.key)
+    else:
+        path, kind = source_file(settings, source.key), source.kind
+        if not path.exists():
+            raise IngestError("the raw source is missing from the source store", file=source.name)
     limits = Limits(
         max_source_bytes=settings.max_source_bytes,
         max_members=settings.max_archive_members,
@@ -193,7 +232,7 @@ def _parse(
     )
     scratch = settings.resolved_home / "tmp"
     scratch.mkdir(parents=True, exist_ok=True)
-    with open_source(path, source.kind, source.name, warnings, limits, scratch) as tree:
+    with open_source(path, kind, source.name, warnings, limits, scratch) as tree:
         ctx = ReadContext(
             tree=tree,
             aliases=AliasTable(settings.metric_aliases),
