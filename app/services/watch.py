@@ -53,7 +53,7 @@ class Watcher:
     def candidates(self) -> list[Path]:
         found = []
         for folder in self.folders:
-            if is_run(folder, self.settings):
+            if is_run(folder, self.settings, at_top=True):
                 found.append(folder.resolve())
                 continue
             for child in sorted(os.scandir(folder), key=lambda e: e.name):
@@ -83,7 +83,9 @@ class Watcher:
             return job.id
 
 
-def is_run(folder: Path, settings: Settings) -> bool:
+def is_run(folder: Path, settings: Settings, *, at_top: bool = False) -> bool:
+    """Whether a reader recognises one run in ``folder`` (``at_top``: in the folder itself,
+    not in a sub-folder of it)."""
     limits = Limits(
         max_source_bytes=settings.max_source_bytes,
         max_members=settings.max_archive_members,
@@ -92,6 +94,7 @@ def is_run(folder: Path, settings: Settings) -> bool:
     )
     try:
         tree = DirectoryTree(folder, Warnings(), limits)
-        return any(reader.detect(tree) is not None for reader in readers())
+        roots = [reader.detect(tree) for reader in readers()]
     except (IngestError, OSError):  # several runs, unreadable or too large: not one run
         return False
+    return any(root == "" if at_top else root is not None for root in roots)
