@@ -21,6 +21,7 @@ import numpy as np
 
 from app.ingest.aliases import STEP_KEYS, TIME_KEYS
 from app.ingest.context import ReadContext
+from app.ingest.data_state import position_from_state
 from app.ingest.errors import IngestError
 from app.ingest.records import (
     CheckpointRecord,
@@ -311,6 +312,8 @@ class RunDirectoryReader:
                 and self.tree.sizes[state_path] <= MAX_DATA_STATE_BYTES
             ):
                 record.data_state = self.ctx.json_doc(state_path)
+        if record.data_state is not None:
+            _fill_position(record)
         return record
 
 
@@ -435,6 +438,22 @@ def _components(raw: Any, path: str) -> dict[str, ComponentRecord]:
         else:
             raise IngestError(f"component '{name}' must be an object", file=path)
     return out
+
+
+def _fill_position(record: CheckpointRecord) -> None:
+    """Epoch, position and seed from the loader state, where the manifest does not say."""
+    assert record.data_state is not None
+    position = position_from_state(record.data_state, batch_size=record.global_batch_size)
+    if position is None:
+        return
+    if record.epoch is None:
+        record.epoch = position.epoch
+    if record.consumed_in_epoch is None:
+        record.consumed_in_epoch = position.consumed_in_epoch
+    if record.seed is None:
+        record.seed = position.seed
+    if record.consumed_samples is None:
+        record.consumed_samples = position.consumed_samples
 
 
 def _step_from_name(name: str) -> int | None:
