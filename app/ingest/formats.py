@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from app.ingest import hf_trainer, megatron
+from app.ingest import hf_trainer, megatron, tensorboard
 from app.ingest.context import ReadContext
 from app.ingest.errors import IngestError
 from app.ingest.records import ParsedRun
@@ -35,7 +35,7 @@ class _RunDirectory:
 
 def readers() -> list[Reader]:
     """In order of precedence: a run directory's own metrics.jsonl wins over other logs."""
-    return [_RunDirectory(), hf_trainer.reader, megatron.reader]
+    return [_RunDirectory(), tensorboard.reader, hf_trainer.reader, megatron.reader]
 
 
 def read_source(ctx: ReadContext) -> ParsedRun:

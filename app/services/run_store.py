@@ -79,6 +79,7 @@ def plan_layout(parsed: ParsedRun, warnings: Warnings) -> RunLayout:
         if e.kind in ("process_start", "process_exit")
     ]
     segments = segments_from_events(lifecycle)
+    _snap_to_checkpoints(segments, [c.step for c in parsed.checkpoints])
     if not segments:
         saves = [
             (c.time_start, c.time_end)
@@ -103,6 +104,16 @@ def plan_layout(parsed: ParsedRun, warnings: Warnings) -> RunLayout:
     # only now: end steps taken from the metric rows must not split the other logs
     complete_from_rows(segments, metrics.steps, metric_ordinals, metrics.times)
     return RunLayout(segments, metric_ordinals, eval_ordinals, sample_ordinals)
+
+
+def _snap_to_checkpoints(segments: list[SegmentSpec], checkpoint_steps: list[int]) -> None:
+    """A resumed process that does not name its checkpoint started from the latest one at or
+    before its first step (readers only know the first step it logged)."""
+    for seg in segments[1:]:
+        if seg.resumed_from is None and seg.start_step is not None:
+            before = [s for s in checkpoint_steps if s <= seg.start_step]
+            if before and seg.start_step not in checkpoint_steps:
+                seg.start_step = max(before)
 
 
 def replace_run_data(
@@ -137,18 +148,20 @@ def replace_run_data(
     run.config = parsed.config
     run.external_id = parsed.external_id
     run.source_format = parsed.source_format
-    run.status = _status(layout.segments)
+    run.status = _status(layout.segments, recorded=parsed.source_format == "run_directory")
     run.started_at = _dt(layout.segments[0].started_at) if layout.segments else None
     run.ended_at = _dt(layout.segments[-1].ended_at) if layout.segments else None
     return counts
 
 
-def _status(segments: list[SegmentSpec]) -> str:
+def _status(segments: list[SegmentSpec], *, recorded: bool) -> str:
+    """finished / crashed from the last exit; running only when the training loop itself
+    records process events (readers of other formats infer starts, never a live process)."""
     if not segments:
         return "unknown"
     last = segments[-1]
     if last.exit_reason is None:
-        return "running" if last.source == "events" else "unknown"
+        return "running" if recorded and last.source == "events" else "unknown"
     return (
         "finished" if last.exit_reason in ("finished", "completed", "exit", "done") else "crashed"
     )
