@@ -125,27 +125,58 @@ def _submit_paths(paths: list[Path], *, project: str, run: str | None, quiet: bo
     from app.db import get_engine, session_scope
     from app.ingest.errors import IngestError
     from app.services import ingest as ingest_service
-    from app.services.sources import store_path
     from workers.tasks import enqueue_ingest
 
     settings = get_settings()
     job_ids: list[int] = []
     for path in paths:
         try:
-            source = store_path(path, settings)
+            sources = _sources_of(path, settings)
         except IngestError as exc:
             _err(f"cannot ingest {path}: {exc}")
             raise typer.Exit(2) from None
-        name = run or source.default_run_name
-        with session_scope(get_engine()) as session:
-            job = ingest_service.submit(
-                session=session, source=source, project=project, run_name=name
-            )
-            job_ids.append(job.id)
-        enqueue_ingest(job.id)
-        if not quiet:
-            typer.echo(f"queued job {job.id}: {path} -> {project}/{name}")
+        if run is not None and len(sources) > 1:
+            _err(f"{path} holds {len(sources)} W&B runs: --run names one run")
+            raise typer.Exit(2)
+        for source in sources:
+            name = run or source.default_run_name
+            with session_scope(get_engine()) as session:
+                job = ingest_service.submit(
+                    session=session, source=source, project=project, run_name=name
+                )
+                job_ids.append(job.id)
+            enqueue_ingest(job.id)
+            if not quiet:
+                typer.echo(f"queued job {job.id}: {path} -> {project}/{name}")
     return job_ids
+
+
+def _sources_of(path: Path, settings: Settings) -> list[Any]:
+    """One stored source per run: a folder of W&B runs becomes one source per run id."""
+    from app.ingest.errors import Warnings
+    from app.ingest.source import DirectoryTree, Limits
+    from app.ingest.wandb_run import run_ids
+    from app.services.sources import store_directory, store_path
+
+    if path.is_dir():
+        limits = Limits(
+            settings.max_source_bytes,
+            settings.max_archive_members,
+            settings.max_compression_ratio,
+            settings.max_line_bytes,
+        )
+        runs = run_ids(DirectoryTree(path, Warnings(), limits))
+        if len(runs) > 1:
+            return [
+                store_directory(
+                    path,
+                    settings,
+                    only=sorted({f.rsplit("/", 1)[0] for f in files}),
+                    name=run_id,
+                )
+                for run_id, files in runs.items()
+            ]
+    return [store_path(path, settings)]
 
 
 def _embedded_worker_running(settings: Settings) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from app.ingest import hf_trainer, megatron, tensorboard
+from app.ingest import hf_trainer, megatron, tensorboard, wandb_run
 from app.ingest.context import ReadContext
 from app.ingest.errors import IngestError
 from app.ingest.records import ParsedRun
@@ -35,7 +35,13 @@ class _RunDirectory:
 
 def readers() -> list[Reader]:
     """In order of precedence: a run directory's own metrics.jsonl wins over other logs."""
-    return [_RunDirectory(), tensorboard.reader, hf_trainer.reader, megatron.reader]
+    return [
+        _RunDirectory(),
+        wandb_run.reader,
+        tensorboard.reader,
+        hf_trainer.reader,
+        megatron.reader,
+    ]
 
 
 def read_source(ctx: ReadContext) -> ParsedRun:
@@ -45,7 +51,7 @@ def read_source(ctx: ReadContext) -> ParsedRun:
             continue
         parsed = reader.read(ctx, root)
         if reader.name != RunDirectoryReader.name:
-            RunDirectoryReader(ctx, root).add_companions(parsed)
+            RunDirectoryReader(ctx, _companion_root(ctx.tree, root)).add_companions(parsed)
         return parsed
     names = ", ".join(r.name for r in readers()[1:])
     others = f", and not a {names} run" if names else ""
@@ -53,6 +59,21 @@ def read_source(ctx: ReadContext) -> ParsedRun:
         f"no run found: no metrics.jsonl{others} (found: {_listing(ctx.tree.files())})",
         file=ctx.tree.name,
     )
+
+
+COMPANIONS = ("samples.jsonl", "events.jsonl", "evals.jsonl", "config.json", "checkpoints/")
+
+
+def _companion_root(tree: SourceTree, root: str) -> str:
+    """Where run-directory files sit beside a run of another format: in its folder, or in the
+    folder above it (a sample trace next to a ``wandb/`` folder)."""
+    parent = root.rsplit("/", 1)[0] if "/" in root else ""
+    for folder in (root, parent) if root else (root,):
+        prefix = f"{folder}/" if folder else ""
+        names = {f[len(prefix) :] for f in tree.files() if f.startswith(prefix)}
+        if any(any(x.startswith(n) for x in names) for n in COMPANIONS):
+            return folder
+    return root
 
 
 def _listing(files: list[str]) -> str:

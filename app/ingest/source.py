@@ -22,6 +22,8 @@ from typing import IO, Protocol
 from app.ingest.errors import IngestError, Warnings
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
+# Links a tracker keeps to its own debug logs (wandb): skipped without a warning.
+TOOL_LINKS = frozenset({"latest-run", "debug.log", "debug-internal.log", "debug-core.log"})
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,10 @@ class DirectoryTree(SourceTree):
             if stat.S_ISDIR(mode):
                 continue
             if not stat.S_ISREG(mode):
-                warnings.add(f"{rel}: not a regular file (link or device), skipped", kind="link")
+                if not (stat.S_ISLNK(mode) and path.name in TOOL_LINKS):
+                    warnings.add(
+                        f"{rel}: not a regular file (link or device), skipped", kind="link"
+                    )
                 continue
             sizes[rel] = path.stat().st_size
             if len(sizes) > limits.max_members:

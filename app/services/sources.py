@@ -80,11 +80,24 @@ def store_stream(
     )
 
 
-def _store_directory(root: Path, settings: Settings) -> StoredSource:
+def store_directory(
+    root: Path, settings: Settings, *, only: list[str] | None = None, name: str | None = None
+) -> StoredSource:
+    """Pack a directory (or only the sub-folders ``only``, relative to it) into the store."""
+    return _store_directory(root, settings, only=only, name=name)
+
+
+def _store_directory(
+    root: Path, settings: Settings, *, only: list[str] | None = None, name: str | None = None
+) -> StoredSource:
+    if only is None:
+        paths = sorted(root.rglob("*"))
+    else:
+        paths = sorted({p for part in only for p in [root / part, *(root / part).rglob("*")]})
     with _staging(settings) as (tmp, writer):
         total = 0
         with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
-            for path in sorted(root.rglob("*")):
+            for path in paths:
                 info = tar.gettarinfo(str(path), arcname=path.relative_to(root).as_posix())
                 info.mtime = 0
                 info.uid = info.gid = 0
@@ -107,8 +120,8 @@ def _store_directory(root: Path, settings: Settings) -> StoredSource:
         sha256=writer.digest.hexdigest(),
         bytes=writer.size,
         kind="tar",
-        name=root.resolve().name,
-        default_run_name=root.resolve().name,
+        name=name or root.resolve().name,
+        default_run_name=name or root.resolve().name,
     )
 
 

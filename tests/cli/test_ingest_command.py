@@ -67,3 +67,23 @@ def test_missing_path_is_a_usage_error(tmp_path: Path) -> None:
     result = runwatch("ingest", str(tmp_path / "nope"), "--wait", env=env)
     assert result.returncode == 2
     assert "no such file or directory" in result.stderr
+
+
+def test_a_folder_of_wandb_runs_is_one_run_per_run_id(tmp_path: Path) -> None:
+    from tests.ingest.wandb_runs import FINISHED_ID, RESUMED_ID, log_files, write_runs
+
+    written = write_runs(tmp_path / "written")
+    multi = tmp_path / "multi" / "wandb"
+    multi.mkdir(parents=True)
+    for root in (written.finished, written.resumed):
+        for log in log_files(root):
+            shutil.copytree(log.parent, multi / log.parent.name)
+    env = runwatch_env(home=str(tmp_path / "home"))
+    result = runwatch("ingest", str(tmp_path / "multi"), "--wait", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    outcomes = {o["run_name"]: o for o in map(json.loads, result.stdout.splitlines())}
+    assert set(outcomes) == {FINISHED_ID, RESUMED_ID}
+    assert outcomes[FINISHED_ID]["counts"]["segments"] == 1
+    assert outcomes[RESUMED_ID]["counts"]["segments"] == 2
+    refused = runwatch("ingest", str(tmp_path / "multi"), "--run", "x", env=env)
+    assert refused.returncode == 2 and "holds 2 W&B runs" in refused.stderr
