@@ -19,23 +19,20 @@ shuffle seed and samples consumed in all.
 
 Counts in batches become samples through ``batch_size`` (samples in one loader batch of one
 process) times ``world_size`` (data-parallel processes, each reading its own share); without a
-``batch_size`` they stay unknown. Epochs are 0-based. :func:`pickled_scalars` reads plain values
-from a pickle or ``torch.save`` file without unpickling it.
+``batch_size`` they stay unknown. Epochs are 0-based.
 """
 
 from __future__ import annotations
 
-import io
-import pickletools
-import struct
-import zipfile
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
+
+# pickled_scalars moved to pickle_scan; re-exported for callers that import it from here.
+from app.ingest.pickle_scan import pickled_scalars as pickled_scalars
 
 # torch's CPU generator state (mt19937) is 5056 bytes, a CUDA one 16; both begin with the seed.
 _GENERATOR_STATE_SIZES = (5056, 16)
-_MAX_PICKLE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -270,61 +267,3 @@ def _generator_seed(state: Any) -> int | None:
     if not isinstance(state, (bytes, bytearray)) or len(state) not in _GENERATOR_STATE_SIZES:
         return None
     return int.from_bytes(state[:8], "little")
-
-
-_SCALAR_OPS = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT", "BINFLOAT"}
-_CONSTANT_OPS = {"NEWTRUE": True, "NEWFALSE": False, "NONE": None}
-_STRING_OPS = {
-    "SHORT_BINUNICODE",
-    "BINUNICODE",
-    "BINUNICODE8",
-    "UNICODE",
-    "BINSTRING",
-    "SHORT_BINSTRING",
-}
-_MEMO_OPS = {"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"}
-
-
-def pickled_scalars(
-    stream: IO[bytes], keys: Collection[str], *, limit: int = _MAX_PICKLE_BYTES
-) -> dict[str, Any]:
-    """Scalar values (numbers, booleans, None) stored under ``keys`` in a pickle or a
-    ``torch.save`` zip, found by walking the opcode stream: nothing is imported or executed, so
-    it is safe on untrusted files. The first occurrence of a key wins (``args.seed`` of a
-    Megatron checkpoint, ``seed`` of a pickled ``TrainingArguments``). Unreadable input gives
-    what was found before it."""
-    head = stream.read(4)
-    data: bytes
-    if head == b"PK\x03\x04":
-        try:
-            stream.seek(0)
-            with zipfile.ZipFile(stream) as archive:
-                names = [n for n in archive.namelist() if n.endswith("data.pkl")]
-                if not names:
-                    return {}
-                info = archive.getinfo(min(names, key=len))
-                if info.file_size > limit:
-                    return {}
-                data = archive.read(info)
-        except (zipfile.BadZipFile, OSError, EOFError):
-            return {}
-    else:
-        data = head + stream.read(limit)
-    wanted = set(keys)
-    found: dict[str, Any] = {}
-    pending: str | None = None
-    try:
-        for opcode, arg, _ in pickletools.genops(io.BytesIO(data)):
-            name = opcode.name
-            if name in _MEMO_OPS:
-                continue
-            if pending is not None and (name in _SCALAR_OPS or name in _CONSTANT_OPS):
-                found[pending] = _CONSTANT_OPS.get(name, arg)
-                if len(found) == len(wanted):
-                    break
-            pending = None
-            if name in _STRING_OPS and arg in wanted and arg not in found:
-                pending = arg
-    except (ValueError, EOFError, struct.error, UnicodeDecodeError):
-        pass  # the end of a legacy torch file's pickles, or damage: keep what was found
-    return found

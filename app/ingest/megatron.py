@@ -1,102 +1,40 @@
 """Reader for Megatron-LM / Megatron-DeepSpeed text logs and checkpoint trees.
 
-Log lines (``*.log``, ``*.txt``, ``*.out``; several files are read in natural name order)::
-
-    [2025-05-09 06:11:17] iteration   10/ 1000 | consumed samples: 40 | elapsed time per
-      iteration (ms): 3171.3 | learning rate: 1.0E-04 | global batch size: 4 | lm loss: 8.1E+00 |
-      loss scale: 16384.0 | grad norm: 3.767 | number of skipped iterations: 0 | ... |
-    validation loss at iteration 100 | lm loss value: 8.09E+00 | lm loss PPL: 3.28E+03 |
-    saving checkpoint at iteration 33241 to <save>
-    successfully saved checkpoint at iteration 33241 to <save>
-    loading checkpoint from <load> at iteration 100
-    [exiting program after 1190.0 minutes] datetime: 2021-08-08 01:00:51
-
-Iteration N means N optimizer steps done, so it is the step. Fields a line lacks (``lm loss`` and
-``grad norm`` on skipped or NaN iterations, ``loss scale`` under bf16) are simply absent; the
-iteration time becomes ``iteration_time`` in seconds whatever its unit. Launcher prefixes
-(``[default7]: ``) and ``[date time]`` stamps (read as UTC) are stripped, lines that two ranks
-wrote into one are split, and a line another rank printed for the same iteration is dropped.
-Restarts log iterations again (the step goes back); save, load and exit lines become events, and
-once a log has any of them (or is split over several files) every process gets its start.
-
-Checkpoint trees: ``<save>/latest_checkpointed_iteration.txt`` and ``<save>/iter_0002448/`` (or
-DeepSpeed ``global_step2448/``) folders holding ``mp_rank_XX[_YYY]/model_optim_rng.pt``, or
-distributed ``*.distcp`` shards with ``metadata.json`` and ``common.pt``, and Megatron-Bridge's
-``train_state.pt``. The saved ``args`` (consumed_train_samples, global_batch_size, seed) are read
-from the checkpoint's pickle opcodes without unpickling it; ``train_state.pt`` holds tensors and
-is read with torch (an optional extra, ``weights_only``) when it is installed. A checkpoint's
-consumed samples otherwise come from the log line at its iteration, or from the line before it
-plus the iterations between at the logged global batch size (a save between logged lines).
+Logs are ``*.log``, ``*.txt`` or ``*.out`` files whose head holds an iteration line; several are
+read in natural name order, their lines parsed by :mod:`app.ingest.megatron_log` (iteration lines
+become metrics, validation lines evals, save / load / exit lines events). Checkpoint trees
+(``latest_checkpointed_iteration.txt``, ``iter_*`` folders) are read by
+:mod:`app.ingest.megatron_checkpoints`. A checkpoint's consumed samples come from its saved
+``args`` (or ``train_state.pt``), otherwise from the log line at its iteration, or from the line
+before it plus the iterations between at the logged global batch size (a save between logged
+lines); a save the log reports whose folder is not in the source is a checkpoint too.
 
 Real Megatron needs GPUs; the tests write logs in exactly this shape and tiny checkpoint trees.
 """
 
 from __future__ import annotations
 
-import argparse
-import calendar
-import io
-import itertools
-import math
-import pickle
 import re
-import statistics
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from app.ingest.context import ReadContext
-from app.ingest.data_state import DataPosition, pickled_scalars, position_from_state
-from app.ingest.jsonl import iter_lines
-from app.ingest.records import (
-    CheckpointRecord,
-    ComponentRecord,
-    EventRecord,
-    MetricTable,
-    ParsedRun,
+from app.ingest.megatron_checkpoints import (
+    FORMAT,
+    TRACKER,
+    base_name,
+    parent_folder,
+    tracker_config,
+    tree_checkpoints,
 )
+from app.ingest.megatron_log import LogParser
+from app.ingest.records import CheckpointRecord, ParsedRun
 from app.ingest.source import SourceTree
 
-FORMAT = "megatron"
-TRACKER = "latest_checkpointed_iteration.txt"
 LOG_SUFFIXES = (".log", ".txt", ".out")
 DETECT_BYTES = 256 << 10  # real logs print all arguments (tens of KB) before the first iteration
 MAX_DETECT_FILES = 50
-MAX_TORCH_STATE_BYTES = 16 << 20
 
-_ITER = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 _ITER_HEAD = re.compile(rb"iteration\s+\d+\s*/\s*\d+\s*\|\s*consumed samples:")
-_RANK = re.compile(r"\[([A-Za-z_]*\d+)\]:\s*$")
-_STAMP = re.compile(r"\[(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,]\d+)?\]")
-_DATETIME = re.compile(r"datetime:\s*(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})")
-_VALID = re.compile(r"validation loss at iteration\s+(\d+)[^|]*\|")
-_SAVE_END = re.compile(r"successfully saved checkpoint (?:at|from) iteration\s+(\d+)\s+to\s+(\S+)")
-_SAVE_START = re.compile(r"saving checkpoint at iteration\s+(\d+)\s+to\s+(\S+)")
-_LOAD = re.compile(
-    r"(?:loading|successfully loaded) checkpoint from\s+(\S+).*?\bat iteration\s+(\d+)"
-)
-_FRESH = re.compile(r"will not load any checkpoints")
-_EXITS = (
-    (re.compile(r"exiting program at iteration\s+(\d+)"), "exit_interval"),
-    (re.compile(r"exiting program after receiving SIG"), "signal"),
-    (re.compile(r"\[exiting program after\s+[\d.]+\s+minutes\]"), "time_limit"),
-    (re.compile(r"\[after training is done\]"), "finished"),
-    (re.compile(r"received SIGTERM|CANCELLED AT|Job step aborted"), "killed"),
-)
-_KEYWORDS = ("iteration", "checkpoint", "exiting", "training is done", "SIG", "CANCELLED", "abort")
-_TIME_KEY = re.compile(r"elapsed time per iteration \((ms|s)\)")
-_ITER_DIR = re.compile(r"(?:iter_|global_step)(\d+)")
-_ARGS_KEYS = (
-    "consumed_train_samples",
-    "global_batch_size",
-    "seed",
-    "no_save_optim",
-    "no_save_rng",
-    "iteration",
-)
-_WEIGHTS = ("model", "optimizer", "rng", "scheduler")
 
 
 class MegatronReader:
@@ -104,15 +42,15 @@ class MegatronReader:
 
     def detect(self, tree: SourceTree) -> str | None:
         files = tree.files()
-        places = [_parent(f) for f in files if _base(f) == TRACKER]
-        places += [_parent(f) for f in _log_files(tree, files, MAX_DETECT_FILES)]
+        places = [parent_folder(f) for f in files if base_name(f) == TRACKER]
+        places += [parent_folder(f) for f in _log_files(tree, files, MAX_DETECT_FILES)]
         return _common_folder(places) if places else None
 
     def read(self, ctx: ReadContext, root: str) -> ParsedRun:
         prefix = f"{root}/" if root else ""
         files = [f for f in ctx.tree.files() if f.startswith(prefix)]
-        saved = _tree_checkpoints(ctx, files, prefix)
-        parser = _LogParser(ctx, {c.step: c.name for c in saved})
+        saved = tree_checkpoints(ctx, files, prefix)
+        parser = LogParser(ctx, {c.step: c.name for c in saved})
         logs = sorted(_log_files(ctx.tree, files), key=_natural)
         for index, path in enumerate(logs):
             parser.feed(path, first=index == 0)
@@ -120,7 +58,7 @@ class MegatronReader:
             ctx.warnings.add(f"{ctx.tree.name}: no Megatron training log; only checkpoints read")
         checkpoints = _merge_checkpoints(saved, parser)
         config: dict[str, Any] = {"megatron": {"log_files": logs, **parser.config}}
-        config["megatron"].update(_tracker(ctx, files, checkpoints))
+        config["megatron"].update(tracker_config(ctx, files, checkpoints))
         batches = parser.batch_sizes or {
             c.global_batch_size for c in checkpoints if c.global_batch_size is not None
         }
@@ -138,364 +76,7 @@ class MegatronReader:
 reader = MegatronReader()
 
 
-@dataclass
-class _Rows:
-    steps: list[int] = field(default_factory=list)
-    times: list[float] = field(default_factory=list)
-    columns: dict[str, tuple[list[int], list[float]]] = field(default_factory=dict)
-    source_keys: dict[str, str] = field(default_factory=dict)
-
-    def add(self, step: int, when: float, values: list[tuple[str, str, float]]) -> None:
-        row = len(self.steps)
-        self.steps.append(step)
-        self.times.append(when)
-        for canonical, source, value in values:
-            column = self.columns.setdefault(canonical, ([], []))
-            if column[0] and column[0][-1] == row:
-                continue  # two aliases of one metric on one line: keep the first
-            self.source_keys.setdefault(canonical, source)
-            column[0].append(row)
-            column[1].append(value)
-
-    def table(self) -> MetricTable:
-        out = MetricTable(
-            steps=np.asarray(self.steps, dtype=np.int64),
-            times=np.asarray(self.times, dtype=np.float64),
-            source_keys=self.source_keys,
-        )
-        for key, (rows, values) in self.columns.items():
-            out.columns[key] = (np.asarray(rows, dtype=np.int64), np.asarray(values, np.float64))
-        return out
-
-
-@dataclass
-class _Process:
-    rows: int = 0
-    last_step: int | None = None
-    last_save: int | None = None
-    exited: bool = False
-    last_row: tuple[int, int | None, str | None] | None = None  # step, consumed, rank tag
-
-
-class _LogParser:
-    """Rows, evaluations and events of the logs, fed one file after another."""
-
-    def __init__(self, ctx: ReadContext, saved: dict[int, str]) -> None:
-        self.ctx = ctx
-        self.names = dict(saved)  # checkpoint name by iteration
-        self.train = _Rows()
-        self.evals = _Rows()
-        self.events: list[EventRecord] = []
-        self.config: dict[str, Any] = {}
-        self.batch_sizes: set[int] = set()
-        self.consumed: dict[int, tuple[int, int | None]] = {}  # step -> (consumed, batch)
-        self.saves: dict[int, tuple[float | None, float | None]] = {}  # step -> start/end times
-        self.completed: set[int] = set()  # saves the log reports finished
-        self.process = _Process()
-        self.marked = False  # a start, load or exit line, or more than one file
-        self.started = False
-        self.start_step: int | None = None
-        self.rows_before_start = False
-        self.new_process = False
-
-    def feed(self, path: str, *, first: bool) -> None:
-        if not first:
-            self.marked = True
-            self.new_process = True
-        with self.ctx.open(path) as stream:
-            for lineno, raw, _ in iter_lines(
-                stream, path, max_line_bytes=self.ctx.max_line_bytes, on_bytes=self.ctx.on_bytes
-            ):
-                line = raw.decode("utf-8", "replace").rstrip("\r")
-                if any(word in line for word in _KEYWORDS):
-                    self._line(line, path, lineno)
-
-    def _line(self, line: str, path: str, lineno: int) -> None:
-        matches = list(_ITER.finditer(line))
-        if matches:
-            for k, match in enumerate(matches):
-                before = line[matches[k - 1].end() if k else 0 : match.start()]
-                stop = matches[k + 1].start() if k + 1 < len(matches) else len(line)
-                self._iteration(match, line[match.end() : stop], before, path, lineno)
-            return
-        if (valid := _VALID.search(line)) is not None:
-            step = int(valid.group(1))
-            values = self._fields(line[valid.end() :], path, lineno, evaluation=True)
-            self.evals.add(step, _stamp(line), values)
-            return
-        if (end := _SAVE_END.search(line)) is not None:
-            step = int(end.group(1))
-            when = _stamp(line)
-            start = self.saves.get(step, (None, None))[0]
-            self.saves[step] = (start, None if math.isnan(when) else when)
-            self.completed.add(step)
-            self.process.last_save = step
-            self._event("checkpoint_save_end", step, when, {"path": end.group(2)}, lineno)
-            return
-        if (begin := _SAVE_START.search(line)) is not None:
-            step = int(begin.group(1))
-            when = _stamp(line)
-            self.saves[step] = (None if math.isnan(when) else when, None)
-            self._event("checkpoint_save_start", step, when, {"path": begin.group(2)}, lineno)
-            return
-        if (load := _LOAD.search(line)) is not None:
-            step = int(load.group(2))
-            resumed = f"{load.group(1).rstrip('/')}/{self._name(step)}"
-            self._start(step, resumed, _stamp(line), lineno, explicit=True)
-            return
-        if _FRESH.search(line):
-            self._start(0, None, _stamp(line), lineno, explicit=True)
-            return
-        self._exit_line(line, lineno)
-
-    def _iteration(
-        self, match: re.Match[str], text: str, before: str, path: str, lineno: int
-    ) -> None:
-        step, total = int(match.group(1)), int(match.group(2))
-        values = self._fields(text, path, lineno, evaluation=False)
-        consumed = next((int(v) for c, _, v in values if c == "consumed_samples"), None)
-        batch = next((int(v) for _, s, v in values if s == "global batch size"), None)
-        rank = _RANK.search(before)
-        tag = rank.group(1) if rank else None
-        last = self.process.last_row
-        if tag and last and last[:2] == (step, consumed) and last[2] and last[2] != tag:
-            return  # the iteration just logged, printed by a second rank
-        went_back = self.process.last_step is not None and step <= self.process.last_step
-        if self.new_process or self.process.exited or went_back:
-            self._start(self._resume_point(step), None, math.nan, lineno, explicit=False)
-        if not self.started:
-            self.rows_before_start = True
-        self.process.last_row = (step, consumed, tag)
-        self.process.rows += 1
-        self.process.last_step = step
-        self.train.add(step, _stamp(before), values)
-        self.config["train_iters"] = total
-        if consumed is not None:
-            self.consumed[step] = (consumed, batch)
-        if batch is not None:
-            self.batch_sizes.add(batch)
-
-    def _fields(
-        self, text: str, path: str, lineno: int, *, evaluation: bool
-    ) -> list[tuple[str, str, float]]:
-        out: list[tuple[str, str, float]] = []
-        for part in text.split("|"):
-            key, sep, raw = part.partition(":")
-            key, raw = key.strip(), raw.strip()
-            if not key:
-                continue
-            if not sep or "[" in key:
-                break  # another line glued on after this one's last field
-            try:
-                value = float(raw)
-            except ValueError:
-                self.ctx.warnings.add(
-                    f"{path} line {lineno}: '{key}' is not a number ({raw[:30]!r}); not stored",
-                    kind=f"{path}:{key}:type",
-                )
-                continue
-            if evaluation:
-                bare = key.removesuffix(" value")
-                name = bare.removesuffix(" PPL")
-                canonical = "eval/" + self.ctx.aliases.canonical(name)
-                canonical += "_ppl" if bare.endswith(" PPL") else ""
-            elif (unit := _TIME_KEY.fullmatch(key)) is not None:
-                canonical = "iteration_time"
-                value = value / 1000 if unit.group(1) == "ms" else value
-            else:
-                canonical = self.ctx.aliases.canonical(key)
-            out.append((canonical, key, value))
-        return out
-
-    def _exit_line(self, line: str, lineno: int) -> None:
-        for pattern, reason in _EXITS:
-            found = pattern.search(line)
-            if found is None:
-                continue
-            step = int(found.group(1)) if found.groups() else None
-            self.marked = True
-            if self.process.exited:
-                return
-            if step is None:
-                done = (self.process.last_step, self.process.last_save)
-                step = max((s for s in done if s is not None), default=None)
-            self.process.exited = True
-            self._event("process_exit", step, _stamp(line), {"reason": reason}, lineno)
-            return
-
-    def _start(
-        self, step: int | None, resumed: str | None, when: float, lineno: int, *, explicit: bool
-    ) -> None:
-        self.marked = self.marked or explicit
-        idle = self.started and self.process.rows == 0 and not self.process.exited
-        if explicit and idle and self.start_step == step:
-            return  # "loading checkpoint ..." then "successfully loaded checkpoint ..."
-        if resumed is None and step is not None and step in (*self.names, *self.completed):
-            resumed = self._name(step)
-        self._event("process_start", step, when, {"resumed_from": resumed}, lineno)
-        self.process = _Process()
-        self.started = True
-        self.start_step = step
-        self.new_process = False
-
-    def _name(self, step: int) -> str:
-        return self.names.get(step, f"iter_{step:07d}")
-
-    def _resume_point(self, first_step: int) -> int | None:
-        """A restart without a load line resumed from the latest save before its first row."""
-        saves = [s for s in (*self.names, *self.completed) if s < first_step]
-        return max(saves) if saves else None
-
-    def _event(
-        self, kind: str, step: int | None, when: float, payload: dict[str, Any], lineno: int
-    ) -> None:
-        time_ = None if math.isnan(when) else when
-        self.events.append(EventRecord(kind, step, time_, payload, line=lineno))
-
-    def finish(self) -> list[EventRecord]:
-        """The events, with process starts and exits only where the log marks them."""
-        lifecycle = ("process_start", "process_exit")
-        if not self.marked:
-            return [e for e in self.events if e.kind not in lifecycle]
-        events = list(self.events)
-        first = next((e for e in events if e.kind in lifecycle), None)
-        if first is None or first.kind != "process_start" or self.rows_before_start:
-            start = EventRecord("process_start", self._first_start(), None, {"resumed_from": None})
-            events.insert(0, start)
-        return events
-
-    def _interval(self) -> float:
-        """The log interval: the typical step between logged lines."""
-        steps = self.train.steps
-        diffs = [b - a for a, b in itertools.pairwise(steps) if b > a]
-        return statistics.median(diffs) if diffs else 1.0
-
-    def _first_start(self) -> int | None:
-        steps = self.train.steps
-        return 0 if steps and steps[0] <= self._interval() else None
-
-    def consumed_at(self, step: int) -> int | None:
-        """Consumed samples at ``step``: logged, or the line before plus the iterations between
-        at its global batch size when the save fell within one log interval after it."""
-        if step in self.consumed:
-            return self.consumed[step][0]
-        before = max((s for s in self.consumed if s < step), default=None)
-        if before is None or step - before > self._interval():
-            return None
-        consumed, batch = self.consumed[before]
-        return None if batch is None else consumed + (step - before) * batch
-
-
-def _tree_checkpoints(ctx: ReadContext, files: list[str], prefix: str) -> list[CheckpointRecord]:
-    folders: dict[str, dict[str, int]] = {}
-    trackers = {_parent(f) for f in files if _base(f) == TRACKER}
-    for path in files:
-        parts = path[len(prefix) :].split("/")
-        for i, part in enumerate(parts[:-1]):
-            here = prefix + "/".join(parts[:i])
-            if _ITER_DIR.fullmatch(part) or (part == "release" and here.rstrip("/") in trackers):
-                folder = prefix + "/".join(parts[: i + 1])
-                folders.setdefault(folder, {})["/".join(parts[i + 1 :])] = ctx.tree.sizes[path]
-                break
-    records = []
-    for folder, inside in sorted(folders.items()):
-        record = _tree_checkpoint(ctx, folder, inside)
-        if record is not None:
-            records.append(record)
-    return sorted(records, key=lambda r: (r.step, r.name))
-
-
-def _tree_checkpoint(
-    ctx: ReadContext, folder: str, inside: dict[str, int]
-) -> CheckpointRecord | None:
-    name = _base(folder)
-    args = _saved_args(ctx, folder, inside)
-    numbered = _ITER_DIR.fullmatch(name)
-    step = int(numbered.group(1)) if numbered else args.get("iteration")
-    if type(step) is not int:
-        ctx.warnings.add(f"{folder}: a release checkpoint with no iteration; not read")
-        return None
-    components = _components(inside)
-    if args.get("no_save_optim") is True:
-        components.pop("optimizer", None)
-        components.pop("scheduler", None)
-    if args.get("no_save_rng") is True:
-        components.pop("rng", None)
-    consumed = args.get("consumed_train_samples")
-    state = _train_state(ctx, folder, inside)
-    if state is not None and state.consumed_samples is not None:
-        consumed = state.consumed_samples
-    batch, seed = args.get("global_batch_size"), args.get("seed")
-    return CheckpointRecord(
-        name=name,
-        step=step,
-        consumed_samples=consumed if type(consumed) is int else None,
-        seed=seed if type(seed) is int else None,
-        global_batch_size=batch if type(batch) is int else None,
-        components=components,
-        manifest={"source": FORMAT, "folder": folder, "args": args},
-    )
-
-
-def _components(inside: dict[str, int]) -> dict[str, ComponentRecord]:
-    """Components by file; where several ride in one file, its bytes count for the first only."""
-    grouped: dict[str, list[tuple[str, int | None]]] = {}
-    for rel, size in sorted(inside.items()):
-        base = _base(rel)
-        kinds: tuple[str, ...] = ()
-        if base == "model_optim_rng.pt" or base.endswith(".distcp"):
-            kinds = _WEIGHTS
-        elif base.endswith("model_states.pt"):
-            kinds = ("model", "rng", "scheduler")  # DeepSpeed: Megatron's state rides along
-        elif base.endswith("optim_states.pt") or base == "distrib_optim.pt":
-            kinds = ("optimizer",)
-        elif base.startswith("train_dataloader") and base.endswith(".pt"):
-            kinds = ("dataloader",)
-        for index, kind in enumerate(kinds):
-            grouped.setdefault(kind, []).append((rel, size if index == 0 else None))
-    return {kind: _component(parts) for kind, parts in grouped.items()}
-
-
-def _component(parts: list[tuple[str, int | None]]) -> ComponentRecord:
-    sizes = [size for _, size in parts if size is not None]
-    return ComponentRecord(file=parts[0][0], bytes=sum(sizes) if sizes else None)
-
-
-def _saved_args(ctx: ReadContext, folder: str, inside: dict[str, int]) -> dict[str, Any]:
-    """Scalars of the saved ``args`` from the first rank's state (never unpickled)."""
-    for rel in sorted(inside, key=lambda r: (r.count("/"), r)):
-        base = _base(rel)
-        if base in ("model_optim_rng.pt", "common.pt") or base.endswith("model_states.pt"):
-            with ctx.open(f"{folder}/{rel}") as stream:
-                return pickled_scalars(stream, _ARGS_KEYS)
-    return {}
-
-
-def _train_state(ctx: ReadContext, folder: str, inside: dict[str, int]) -> DataPosition | None:
-    """Megatron-Bridge's ``train_state.pt`` (a dict of tensors), through torch when installed."""
-    if "train_state.pt" not in inside:
-        return None
-    path = f"{folder}/train_state.pt"
-    if inside["train_state.pt"] > MAX_TORCH_STATE_BYTES:
-        return None
-    try:
-        import torch
-    except ImportError:
-        ctx.warnings.add(
-            f"{path}: install the torch extra to read train_state.pt", kind="megatron-torch"
-        )
-        return None
-    raw = ctx.read_bytes(path, MAX_TORCH_STATE_BYTES)
-    try:
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            state = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, ValueError, EOFError) as exc:
-        ctx.warnings.add(f"{path}: not read ({str(exc)[:120]})", kind="megatron-train-state")
-        return None
-    return position_from_state(state) if isinstance(state, dict) else None
-
-
-def _merge_checkpoints(saved: list[CheckpointRecord], parser: _LogParser) -> list[CheckpointRecord]:
+def _merge_checkpoints(saved: list[CheckpointRecord], parser: LogParser) -> list[CheckpointRecord]:
     """Checkpoint folders, plus saves the log reports whose folder is not in the source."""
     by_step = {c.step: c for c in saved}
     for step in sorted(parser.completed):
@@ -511,32 +92,10 @@ def _merge_checkpoints(saved: list[CheckpointRecord], parser: _LogParser) -> lis
     return sorted(by_step.values(), key=lambda r: (r.step, r.name))
 
 
-def _tracker(
-    ctx: ReadContext, files: list[str], checkpoints: list[CheckpointRecord]
-) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    steps = {c.step for c in checkpoints}
-    for path in files:
-        if _base(path) != TRACKER:
-            continue
-        text = ctx.read_bytes(path, 1 << 10).decode("utf-8", "replace").strip()
-        if text.isdigit():
-            out["latest_checkpointed_iteration"] = int(text)
-            if int(text) not in steps:
-                ctx.warnings.add(
-                    f"{path}: names iteration {text} but the source holds no such checkpoint"
-                )
-        elif text == "release":
-            out["latest_checkpointed_iteration"] = text
-        else:
-            ctx.warnings.add(f"{path}: expected an iteration or 'release', got {text[:40]!r}")
-    return out
-
-
 def _log_files(tree: SourceTree, files: list[str], limit: int | None = None) -> list[str]:
     """Text files whose head holds a Megatron iteration line (of the first ``limit`` ones)."""
     found: list[str] = []
-    candidates = [f for f in files if f.endswith(LOG_SUFFIXES) and _base(f) != TRACKER]
+    candidates = [f for f in files if f.endswith(LOG_SUFFIXES) and base_name(f) != TRACKER]
     for path in candidates[:limit]:
         try:
             with tree.open(path) as stream:
@@ -546,18 +105,6 @@ def _log_files(tree: SourceTree, files: list[str], limit: int | None = None) -> 
         if _ITER_HEAD.search(head):
             found.append(path)
     return found
-
-
-def _stamp(text: str) -> float:
-    """Unix seconds of the first ``[date time]`` or ``datetime:`` stamp in ``text`` (as UTC)."""
-    found = _STAMP.search(text) or _DATETIME.search(text)
-    if found is None:
-        return math.nan
-    try:
-        parsed = time.strptime(f"{found.group(1)} {found.group(2)}", "%Y-%m-%d %H:%M:%S")
-    except ValueError:
-        return math.nan
-    return float(calendar.timegm(parsed))
 
 
 def _natural(path: str) -> list[Any]:
@@ -572,11 +119,3 @@ def _common_folder(folders: list[str]) -> str:
             break
         common.append(parts[0])
     return "/".join(common)
-
-
-def _parent(path: str) -> str:
-    return path.rsplit("/", 1)[0] if "/" in path else ""
-
-
-def _base(path: str) -> str:
-    return path.rsplit("/", 1)[-1]

@@ -41,7 +41,8 @@ from app.ingest.context import ReadContext
 from app.ingest.errors import IngestError
 from app.ingest.records import EventRecord, MetricTable, ParsedRun
 from app.ingest.source import SourceTree
-from app.ingest.tfrecord import EventDecoder, RecordReader, ScalarLog, TagTable
+from app.ingest.tf_events import EventDecoder, ScalarLog, TagTable
+from app.ingest.tfrecord import RecordReader
 
 FORMAT = "tensorboard"
 VERIFY_DATA_CRC = True
