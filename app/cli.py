@@ -23,6 +23,8 @@ cli = typer.Typer(
 )
 db_cli = typer.Typer(help="Database schema migrations.", no_args_is_help=True)
 cli.add_typer(db_cli, name="db")
+nodes_cli = typer.Typer(help="Nodes that GPU telemetry is pulled from.", no_args_is_help=True)
+cli.add_typer(nodes_cli, name="nodes")
 
 
 def _err(message: str) -> None:
@@ -433,10 +435,137 @@ def watch(
             typer.echo("stopped watching")
 
 
+@nodes_cli.command("add")
+def nodes_add(
+    name: Annotated[str, typer.Argument(help="A unique name (usually the host name)")],
+    url: Annotated[str, typer.Argument(help="/metrics URL, or the Prometheus server's URL")],
+    kind: Annotated[str, typer.Option(help="dcgm, prometheus or agent")] = "dcgm",
+    interval: Annotated[float, typer.Option(help="Seconds between scrapes")] = 5.0,
+    query: Annotated[
+        str | None, typer.Option(help='prometheus: label matcher, e.g. {Hostname="gpu-1"}')
+    ] = None,
+) -> None:
+    """Register (or update) a node to pull telemetry from."""
+    _nodes_upsert(
+        [{"name": name, "url": url, "kind": kind, "interval_s": interval, "query": query}]
+    )
+
+
+@nodes_cli.command("import")
+def nodes_import(
+    path: Annotated[Path, typer.Argument(help="TOML ([[node]] tables) or JSON list of nodes")],
+) -> None:
+    """Register many nodes from a file; existing ones are updated."""
+    from app.services.nodes import NodeError, load_file
+
+    try:
+        entries = load_file(path)
+    except (NodeError, OSError) as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
+    _nodes_upsert(entries)
+
+
+def _nodes_upsert(entries: list[dict[str, Any]]) -> None:
+    from app.db import get_engine, session_scope
+    from app.services.nodes import NodeError, upsert
+
+    _prepare_database(get_settings())
+    try:
+        with session_scope(get_engine()) as session:
+            for entry in entries:
+                fields = {k: v for k, v in entry.items() if k != "name"}
+                node, created = upsert(session=session, name=entry["name"], **fields)
+                typer.echo(
+                    f"{'added' if created else 'updated'} node {node.name} ({node.kind} {node.url})"
+                )
+    except NodeError as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
+
+
+@nodes_cli.command("list")
+def nodes_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Registered nodes with their last scrape."""
+    from sqlalchemy import select
+
+    from app.db import get_engine, session_scope
+    from app.models import Node
+
+    _prepare_database(get_settings())
+    with session_scope(get_engine()) as session:
+        rows = [
+            {
+                "name": n.name,
+                "kind": n.kind,
+                "url": n.url,
+                "interval_s": n.interval_s,
+                "enabled": n.enabled,
+                "last_success_at": str(n.last_success_at) if n.last_success_at else None,
+                "last_error": n.last_error,
+                "failures": n.failures,
+            }
+            for n in session.scalars(select(Node).order_by(Node.name))
+        ]
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    for row in rows:
+        state = "ok" if not row["failures"] else f"failing x{row['failures']}: {row['last_error']}"
+        every = f"every {row['interval_s']:g}s"
+        typer.echo(f"{row['name']:24s} {row['kind']:10s} {every}  {row['url']}  {state}")
+
+
+@nodes_cli.command("rm")
+def nodes_rm(name: Annotated[str, typer.Argument()]) -> None:
+    """Remove a node and its telemetry."""
+    from sqlalchemy import select
+
+    from app.db import get_engine, session_scope
+    from app.models import Node
+
+    _prepare_database(get_settings())
+    with session_scope(get_engine()) as session:
+        node = session.scalars(select(Node).where(Node.name == name)).one_or_none()
+        if node is None:
+            _err(f"no node named {name!r}")
+            raise typer.Exit(2)
+        session.delete(node)
+    typer.echo(f"removed node {name}")
+
+
+@cli.command()
+def agent(
+    port: Annotated[int, typer.Option(help="Port for /metrics")] = 9400,
+    host: Annotated[str, typer.Option(help="Interface to listen on")] = "0.0.0.0",
+    hostname: Annotated[
+        str | None, typer.Option(help="Hostname label (default: this host)")
+    ] = None,
+    source: Annotated[str, typer.Option(help="auto, nvml, nvidia-smi or none")] = "auto",
+) -> None:
+    """Serve this node's GPUs as dcgm-exporter-compatible /metrics (for nodes without DCGM)."""
+    from app.telemetry.agent import run_agent
+
+    run_agent(host, port, hostname=hostname, source=source)
+
+
+@cli.command()
+def beat(loglevel: Annotated[str, typer.Option()] = "INFO") -> None:
+    """Run the scheduler that queues telemetry scrapes (production: exactly one)."""
+    from workers.celery_app import celery_app
+
+    settings = get_settings()
+    settings.resolved_home.mkdir(parents=True, exist_ok=True)
+    celery_app.start(["beat", f"--loglevel={loglevel}"])
+
+
 @cli.command()
 def worker(
     concurrency: Annotated[int | None, typer.Option(help="Worker processes")] = None,
     loglevel: Annotated[str, typer.Option()] = "INFO",
+    with_beat: Annotated[
+        bool, typer.Option("--beat", help="Also run the telemetry scheduler in this worker")
+    ] = False,
 ) -> None:
     """Run a Celery worker (production: start as many as you need, on any machine)."""
     from workers.celery_app import QUEUES, celery_app
@@ -457,6 +586,9 @@ def worker(
         "--hostname",
         f"runwatch-{os.getpid()}@%h",
     ]
+    if with_beat:
+        settings.resolved_home.mkdir(parents=True, exist_ok=True)
+        argv += ["--beat"]
     if settings.is_embedded_broker:
         from workers.embedded import hold_worker_lock
 
@@ -494,7 +626,7 @@ class _worker_process:
     def __enter__(self) -> _worker_process:
         if self.enabled:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "app", "worker", "--loglevel", "WARNING"]
+                [sys.executable, "-m", "app", "worker", "--beat", "--loglevel", "WARNING"]
             )
         return self
 

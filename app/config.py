@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from app.services.telemetry_store import Retention
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -55,6 +59,10 @@ class Settings(BaseSettings):
         description="Refuse archives that inflate more than this (decompression bombs).",
     )
 
+    telemetry_raw_days: float = Field(default=7.0, description="Keep raw scrapes this long.")
+    telemetry_minute_days: float = Field(default=90.0, description="Keep per-minute rollups.")
+    telemetry_hour_days: float = Field(default=730.0, description="Keep per-hour rollups.")
+
     worker_concurrency: int = 1
     log_level: str = "INFO"
 
@@ -83,6 +91,14 @@ class Settings(BaseSettings):
     @property
     def sources_path(self) -> Path:
         return (self.source_dir or self.resolved_home / "sources").expanduser().resolve()
+
+    @property
+    def telemetry_retention(self) -> Retention:
+        from app.services.telemetry_store import Retention
+
+        return Retention(
+            self.telemetry_raw_days, self.telemetry_minute_days, self.telemetry_hour_days
+        )
 
     @property
     def base_url(self) -> str:

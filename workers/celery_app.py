@@ -9,7 +9,7 @@ from celery import Celery
 
 from app.config import Settings, get_settings
 
-QUEUES = ("ingest",)
+QUEUES = ("ingest", "telemetry")
 
 
 def create_celery(settings: Settings) -> Celery:
@@ -20,7 +20,18 @@ def create_celery(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         task_default_queue="ingest",
-        task_routes={"runwatch.ingest": {"queue": "ingest"}},
+        task_routes={
+            "runwatch.ingest": {"queue": "ingest"},
+            "runwatch.refresh_live": {"queue": "ingest"},
+            "runwatch.schedule_scrapes": {"queue": "telemetry"},
+            "runwatch.scrape_node": {"queue": "telemetry"},
+            "runwatch.compact_telemetry": {"queue": "telemetry"},
+        },
+        beat_schedule={
+            "schedule-scrapes": {"task": "runwatch.schedule_scrapes", "schedule": 1.0},
+            "compact-telemetry": {"task": "runwatch.compact_telemetry", "schedule": 600.0},
+        },
+        beat_schedule_filename=str(settings.resolved_home / "celerybeat-schedule"),
         task_serializer="json",
         accept_content=["json"],
         broker_connection_retry_on_startup=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 
@@ -10,6 +11,7 @@ from app.config import get_settings
 from app.db import get_engine, session_scope
 from app.services import ingest as ingest_service
 from app.services import live as live_service
+from app.services import scraping, telemetry_store
 from workers.celery_app import celery_app
 
 
@@ -58,3 +60,33 @@ def refresh_live(run_id: int) -> str:
 
 def enqueue_refresh(run_id: int, delay: float = REFRESH_DELAY_SECONDS) -> None:
     refresh_live.apply_async((run_id,), countdown=delay)
+
+
+@celery_app.task(name="runwatch.schedule_scrapes", ignore_result=True)
+def schedule_scrapes() -> int:
+    """Beat, every second: queue a scrape for each node whose interval has passed."""
+    with session_scope(get_engine()) as session:
+        due = [(n.id, n.interval_s) for n in scraping.due_nodes(session, datetime.now(UTC))]
+    for node_id, interval in due:
+        scrape_node.apply_async((node_id,), expires=max(interval, 1.0))
+    return len(due)
+
+
+@celery_app.task(
+    name="runwatch.scrape_node",
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=1,
+    max_retries=3,
+    soft_time_limit=30,
+)
+def scrape_node(node_id: int) -> int:
+    """One scrape of one node; a node that is down is recorded, not retried."""
+    with session_scope(get_engine()) as session:
+        return scraping.scrape_node(session, node_id)
+
+
+@celery_app.task(name="runwatch.compact_telemetry", autoretry_for=(OperationalError,))
+def compact_telemetry() -> dict[str, int]:
+    settings = get_settings()
+    with session_scope(get_engine()) as session:
+        return telemetry_store.compact(session, time.time(), settings.telemetry_retention)

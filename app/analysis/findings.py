@@ -18,6 +18,8 @@ CHECKPOINT_LOSS_SPIKE = "checkpoint_loss_spike"
 STEP_GAP = "step_gap"
 LOSS_SPIKE = "loss_spike"
 RESUME_OK = "resume_ok"
+CHECKPOINT_STALL = "checkpoint_stall"
+GPU_FAULT = "gpu_fault"
 
 KINDS = (
     RESUME_DATA_DRIFT,
@@ -30,6 +32,8 @@ KINDS = (
     STEP_GAP,
     LOSS_SPIKE,
     RESUME_OK,
+    CHECKPOINT_STALL,
+    GPU_FAULT,
 )
 
 PASS, WARN, FAIL = "pass", "warn", "fail"

@@ -100,6 +100,18 @@ class CheckpointInfo:
 
 
 @dataclass
+class TelemetryTrace:
+    """One metric of one GPU on the run's wall-clock window (NaN: no reading)."""
+
+    host: str
+    gpu: str
+    metric: str  # power (W), gpu_util (%), sm_active (0-1), xid, ...
+    times: np.ndarray
+    values: np.ndarray
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class RunData:
     segments: list[SegmentInfo]
     checkpoints: list[CheckpointInfo]
@@ -110,6 +122,7 @@ class RunData:
     dataset_size: int | None = None
     global_batch_size: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    telemetry: list[TelemetryTrace] = field(default_factory=list)
 
     @property
     def resumes(self) -> list[SegmentInfo]:

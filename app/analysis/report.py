@@ -25,10 +25,12 @@ from app.analysis.findings import (
     fmt_int,
     verdict_of,
 )
+from app.analysis.gpu_faults import analyze_gpu_faults
 from app.analysis.lr import analyze_lr
 from app.analysis.model import CheckpointInfo, RunData, SegmentInfo
 from app.analysis.order import analyze_order
 from app.analysis.spikes import analyze_spikes
+from app.analysis.stalls import analyze_stalls
 from app.analysis.state import analyze_state, missing_components
 
 STATE_KINDS = (INCOMPLETE_CHECKPOINT, STATE_NOT_RESTORED)
@@ -64,6 +66,8 @@ def analyze_run(run: RunData) -> AnalysisReport:
         *order.findings,
         *analyze_lr(run),
         *analyze_spikes(run),
+        *analyze_stalls(run),
+        *analyze_gpu_faults(run),
     ]
     findings = _consolidate(findings, run)
     for finding in findings:

@@ -8,7 +8,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app import __version__
 from app.api.deps import SessionDep
-from app.api.routes import ingest, jobs, live, runs
+from app.api.routes import ingest, jobs, live, nodes, runs
 
 
 def create_app() -> FastAPI:
@@ -22,6 +22,7 @@ def create_app() -> FastAPI:
     api.include_router(jobs.router)
     api.include_router(runs.router)
     api.include_router(live.router)
+    api.include_router(nodes.router)
 
     @api.get("/api/v1/health", tags=["health"])
     def health(session: SessionDep) -> dict[str, str]:

@@ -7,6 +7,7 @@ from app.models.job import IngestJob
 from app.models.run import Event, Project, Run, Segment
 from app.models.series import MetricChunk, MetricSeries, SampleChunk
 from app.models.stream import StreamBatch
+from app.models.telemetry import Node, TelemetryRollup, TelemetryScrape, TelemetrySeries
 
 __all__ = [
     "Base",
@@ -17,9 +18,13 @@ __all__ = [
     "IngestJob",
     "MetricChunk",
     "MetricSeries",
+    "Node",
     "Project",
     "Run",
     "SampleChunk",
     "Segment",
     "StreamBatch",
+    "TelemetryRollup",
+    "TelemetryScrape",
+    "TelemetrySeries",
 ]

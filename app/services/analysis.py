@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from app.analysis.model import CheckpointInfo, RunData, SegmentInfo, Series, Trace
 from app.analysis.report import AnalysisReport, analyze_run
 from app.models import Checkpoint, Finding, MetricSeries, Run, SampleChunk, Segment
+from app.services import run_telemetry
 from app.services.metrics import SeriesPoints, read_points
 from app.store.arrays import INT32, INT64, UINT16, unpack
 
@@ -112,6 +113,7 @@ def load_run_data(*, session: Session, run: Run) -> RunData:
         dataset_size=run.dataset_size,
         global_batch_size=run.global_batch_size,
         config=run.config or {},
+        telemetry=run_telemetry.traces(session, run),
     )
 
 

@@ -16,6 +16,7 @@ import json
 import numbers
 import operator
 import os
+import socket
 import threading
 import time
 import uuid
@@ -104,13 +105,16 @@ class RunLogger:
         restored: Iterable[str] | None = None,
     ) -> None:
         """Record this process's start. ``resumed_from`` names the checkpoint loaded (a name, or
-        any path ending in it); ``restored`` lists the components actually loaded from it."""
+        any path ending in it); ``restored`` lists the components actually loaded from it. Where
+        the process runs (host, Slurm job, Kubernetes pod) is recorded too: Runwatch joins the
+        run to those nodes' GPU telemetry."""
         source = None
         if resumed_from is not None:
             base = os.path.basename(os.path.normpath(os.fspath(resumed_from)))
             source = f"{CHECKPOINTS}/{base}"
         parts = None if restored is None else [str(c) for c in restored]
-        self.event("process_start", step, resumed_from=source, restored=parts)
+        fields: dict[str, Any] = {"resumed_from": source, "restored": parts, **_placement()}
+        self.event("process_start", step, **fields)
 
     def metrics(self, step: int, **values: Any) -> None:
         """One optimizer step's metrics (numbers only: ints, floats, numpy/torch scalars)."""
@@ -358,6 +362,16 @@ class RunLogger:
 
 def _now() -> float:
     return time.time()
+
+
+def _placement() -> dict[str, str]:
+    """This process's host, and its Slurm job or Kubernetes pod when it has one."""
+    where = {"host": socket.gethostname()}
+    if os.environ.get("SLURM_JOB_ID"):
+        where["slurm_job"] = os.environ["SLURM_JOB_ID"]
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        where["pod"] = os.environ.get("POD_NAME") or os.environ.get("HOSTNAME", "")
+    return where
 
 
 def _step(step: Any) -> int:

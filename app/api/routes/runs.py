@@ -23,7 +23,9 @@ from app.api.schemas import (
 from app.models import Checkpoint, Run
 from app.services import findings as finding_service
 from app.services import metrics as metric_service
+from app.services import run_telemetry
 from app.services import runs as run_service
+from app.services.telemetry_store import series_payload
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
 
@@ -148,6 +150,36 @@ def get_verdict(run_id: int, session: SessionDep) -> VerdictOut:
     checkpoint is safe to resume from or promote. ``verdict`` is null until analysed."""
     run = _get_run(session, run_id)
     return VerdictOut.model_validate(finding_service.verdict_summary(session=session, run=run))
+
+
+@router.get("/{run_id}/telemetry")
+def get_run_telemetry(
+    run_id: int,
+    session: SessionDep,
+    metric: Annotated[str, Query(description="Canonical metric, e.g. power, gpu_util")] = "power",
+    max_points: Annotated[int, Query(ge=0, le=100_000)] = 2000,
+) -> Response:
+    """The GPUs the run declared (config ``telemetry``), on its wall-clock window, each point
+    mapped to the training step logged at that time (``steps``; null outside the logged range)."""
+    run = _get_run(session, run_id)
+    span = run_telemetry.window(run)
+    axis = run_telemetry.step_axis(session, run)
+    series = []
+    if span is not None:
+        for item in run_telemetry.run_series(session, run, metric):
+            data = series_payload(session, item, *span, max_points)
+            data["steps"] = run_telemetry.to_steps(np.asarray(data["times"]), axis)
+            series.append(data)
+    body = {
+        "run_id": run_id,
+        "metric": metric,
+        "declared": run_telemetry.spec(run, session),
+        "window": span,
+        "series": series,
+    }
+    return Response(
+        orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json"
+    )
 
 
 @router.get("/{run_id}/metrics/{key:path}", response_model=MetricOut)
