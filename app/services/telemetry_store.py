@@ -34,12 +34,12 @@ def series_ids(session: Session, node: Node, samples: Iterable[GpuSample]) -> li
         (s.host, s.gpu, s.metric): s
         for s in session.scalars(select(TelemetrySeries).where(TelemetrySeries.node_id == node.id))
     }
-    ids: list[int] = []
+    rows = []
     for sample in samples:
         key = series_key(sample)
         row = known.get(key)
         if row is None:
-            row = TelemetrySeries(
+            row = known[key] = TelemetrySeries(
                 node_id=node.id,
                 host=key[0],
                 gpu=key[1],
@@ -49,12 +49,11 @@ def series_ids(session: Session, node: Node, samples: Iterable[GpuSample]) -> li
                 labels=dict(sample.labels),
             )
             session.add(row)
-            session.flush()
-            known[key] = row
         elif sample.labels and row.labels != sample.labels:
             row.labels = dict(sample.labels)  # e.g. a pod was assigned to an idle GPU
-        ids.append(row.id)
-    return ids
+        rows.append(row)
+    session.flush()  # new series in one batch
+    return [row.id for row in rows]
 
 
 def store_scrape(session: Session, node: Node, scrape: Scrape, at: float) -> int:
