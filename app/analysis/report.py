@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.analysis.coverage import CoverageMap
+from app.analysis.coverage_grid import coverage_grid
 from app.analysis.drift import analyze_drift
 from app.analysis.epochs import EpochPlan, plan_epochs
 from app.analysis.findings import (
@@ -52,12 +53,13 @@ class AnalysisReport:
     checkpoints: list[CheckpointVerdict]
     epoch_plan: dict[str, Any] | None = None
     sampler: str | None = None
+    coverage: dict[str, Any] | None = None  # the heatmap grid, for the dashboard
 
 
 def analyze_run(run: RunData) -> AnalysisReport:
     plan = plan_epochs(run)
     coverage = None
-    if plan is not None and run.trace is not None and run.trace.size and run.resumes:
+    if plan is not None and run.trace is not None and run.trace.size:
         coverage = CoverageMap(run.trace, plan)
     order = analyze_order(run, plan, coverage)
     findings = [
@@ -93,6 +95,7 @@ def analyze_run(run: RunData) -> AnalysisReport:
             "source": plan.source,
         },
         sampler=order.design.describe() if order.design is not None else None,
+        coverage=coverage_grid(coverage).to_dict() if coverage is not None else None,
     )
 
 

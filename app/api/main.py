@@ -11,7 +11,7 @@ from app.api.deps import SessionDep
 from app.api.routes import ingest, jobs, live, nodes, runs
 
 
-def create_app() -> FastAPI:
+def create_app(mount_dashboard: bool = True) -> FastAPI:
     api = FastAPI(
         title="Runwatch",
         version=__version__,
@@ -33,4 +33,10 @@ def create_app() -> FastAPI:
             raise HTTPException(503, "database unavailable") from None
         return {"status": "ok"}
 
+    if mount_dashboard:
+        from a2wsgi import WSGIMiddleware
+
+        from frontend.app import create_dash
+
+        api.mount("/", WSGIMiddleware(create_dash().server))  # type: ignore[arg-type]
     return api

@@ -37,6 +37,8 @@ class MetricSeries(Base):
     last_step: Mapped[int | None] = mapped_column(Integer)
     min_value: Mapped[float | None] = mapped_column(Float)
     max_value: Mapped[float | None] = mapped_column(Float)
+    # A min/max-preserving downsample of the effective history for charts (long series only)
+    preview: Mapped[bytes | None] = mapped_column(LargeBinary)
 
 
 class MetricChunk(Base):

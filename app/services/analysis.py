@@ -56,6 +56,7 @@ def analyze(*, session: Session, run_id: int) -> AnalysisReport:
         "epoch_plan": report.epoch_plan,
         "sampler": report.sampler,
         "counts": _severity_counts(report),
+        "coverage": report.coverage,
     }
     return report
 

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.analysis.downsample import minmax_indices
 from app.models import MetricChunk, MetricSeries
-from app.store.arrays import FLOAT64, INT64, UINT16, unpack
+from app.store.arrays import FLOAT64, INT64, UINT16, unpack, unpack_points
 
 
 @dataclass
@@ -48,6 +48,16 @@ def read_points(*, session: Session, series_id: int, superseded: bool = False) -
         times=np.concatenate([unpack(r.times, FLOAT64) for r in rows]),
         segments=np.concatenate([unpack(r.segments, UINT16) for r in rows]),
     )
+
+
+def display_points(*, session: Session, series: MetricSeries, max_points: int) -> SeriesPoints:
+    """At most ``max_points`` of the effective history for a chart: from the stored preview of
+    a long series when it is fine enough, so a chart's cost does not grow with the run."""
+    if series.preview is not None and 0 < max_points <= len(series.preview) // 18:
+        steps, values, segments = unpack_points(series.preview)
+        preview = SeriesPoints(steps, values, np.full(steps.size, np.nan), segments)
+        return downsample(preview, max_points)
+    return downsample(read_points(session=session, series_id=series.id), max_points)
 
 
 def downsample(points: SeriesPoints, max_points: int) -> SeriesPoints:

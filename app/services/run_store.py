@@ -14,6 +14,7 @@ import numpy as np
 from sqlalchemy import delete, insert
 from sqlalchemy.orm import Session
 
+from app.analysis.downsample import minmax_indices
 from app.analysis.history import split_effective
 from app.analysis.segments import (
     LifecycleEvent,
@@ -45,10 +46,12 @@ from app.store.arrays import (
     chunk_ranges,
     id_dtype,
     pack,
+    pack_points,
     step_chunks,
 )
 
 METRIC_CHUNK_POINTS = 65_536
+PREVIEW_POINTS = 4000
 SAMPLE_CHUNK_IDS = 1 << 20
 SAMPLE_CHUNK_STEPS = 65_536
 
@@ -293,6 +296,7 @@ def _write_metrics(
             last_step=int(steps[effective[-1]]) if effective.size else None,
             min_value=float(finite.min()) if finite.size else None,
             max_value=float(finite.max()) if finite.size else None,
+            preview=_preview(steps[effective], values[effective], segs[effective]),
         )
         session.add(series)
         session.flush()
@@ -324,6 +328,13 @@ def _write_metrics(
         "metric_rows": table.num_rows,
         "superseded_points": superseded_points,
     }
+
+
+def _preview(steps: np.ndarray, values: np.ndarray, segments: np.ndarray) -> bytes | None:
+    if steps.size <= PREVIEW_POINTS:
+        return None
+    keep = minmax_indices(values, PREVIEW_POINTS)
+    return pack_points(steps[keep], values[keep], segments[keep])
 
 
 def _write_samples(

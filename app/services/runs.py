@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
@@ -18,6 +19,7 @@ class RunFilter:
     limit: int = 50
     offset: int = 0
     verdict: str | None = None
+    order: str = "updated"  # updated, name, steps, verdict; a leading "-" reverses
 
 
 def list_runs(*, session: Session, filters: RunFilter) -> tuple[list[tuple[Run, str]], int]:
@@ -33,11 +35,30 @@ def list_runs(*, session: Session, filters: RunFilter) -> tuple[list[tuple[Run, 
         query = query.where(Run.name.contains(filters.search, autoescape=True))
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     rows = session.execute(
-        query.order_by(Run.updated_at.desc(), Run.id.desc())
-        .limit(filters.limit)
-        .offset(filters.offset)
+        query.order_by(*_ordering(filters.order)).limit(filters.limit).offset(filters.offset)
     ).all()
     return [(run, project) for run, project in rows], int(total)
+
+
+ORDERS: dict[str, tuple[Any, bool]] = {  # column, descending by default
+    "updated": (Run.updated_at, True),
+    "name": (Run.name, False),
+    "steps": (Run.num_steps, True),
+    "verdict": (Run.verdict, False),
+}
+
+
+def _ordering(order: str) -> tuple[Any, Any]:
+    column, descending = ORDERS.get(order.lstrip("-"), ORDERS["updated"])
+    if order.startswith("-"):
+        descending = not descending
+    if descending:
+        return column.desc(), Run.id.desc()
+    return column.asc(), Run.id.asc()
+
+
+def projects(*, session: Session) -> list[str]:
+    return list(session.scalars(select(Project.name).order_by(Project.name)))
 
 
 def get_run(*, session: Session, run_id: int) -> Run | None:

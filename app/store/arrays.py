@@ -27,6 +27,20 @@ def id_dtype(ids: np.ndarray) -> str:
     return INT64
 
 
+def pack_points(steps: np.ndarray, values: np.ndarray, segments: np.ndarray) -> bytes:
+    """Steps (int64), values (float64) and segment ordinals (uint16) of n points, in one blob."""
+    return pack(steps, INT64) + pack(values, FLOAT64) + pack(segments, UINT16)
+
+
+def unpack_points(blob: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n = len(blob) // 18
+    return (
+        unpack(blob[: 8 * n], INT64),
+        unpack(blob[8 * n : 16 * n], FLOAT64),
+        unpack(blob[16 * n :], UINT16),
+    )
+
+
 def chunk_ranges(n: int, size: int) -> Iterator[tuple[int, int]]:
     for lo in range(0, n, size):
         yield lo, min(lo + size, n)
