@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -79,22 +80,26 @@ def test_stall_on_save_page_screenshot(served: str, page: Page) -> None:
 
 
 def test_compare_two_runs_on_one_axis(served: str, page: Page) -> None:
-    page.goto(served + "/compare")
-    dropdown = page.locator("#compare-runs")
-    for name in ("examples/megatron_offset", "examples/exact_resume"):
-        dropdown.click()
-        page.keyboard.type(name)
-        page.keyboard.press("Enter")
+    runs = httpx.get(f"{served}/api/v1/runs", params={"project": "examples"}).json()["items"]
+    ids = {r["name"]: r["id"] for r in runs}
+    chosen = f"{ids['megatron_offset']},{ids['exact_resume']}"
+    page.goto(f"{served}/compare?runs={chosen}")  # a shareable link to a comparison
+    expect(page.locator("#compare-runs")).to_contain_text("examples/megatron_offset")
     page.wait_for_function(
         "() => { const g = document.querySelector('#compare-figure .js-plotly-plot');"
-        " return g && g.data.filter("
-        "t => t.type === 'scatter' && (t.mode || '').includes('lines')).length >= 2; }"
+        " return g && g.data && g.data.filter("
+        "t => t.type === 'scatter' && (t.mode || '').includes('lines')).length >= 2; }",
+        timeout=60_000,
     )
     names = {t["name"] for t in traces(page, "#compare-figure .js-plotly-plot")}
-    assert {"examples/megatron_offset", "examples/exact_resume"} <= names or {
-        "megatron_offset",
-        "exact_resume",
-    } <= names, names
+    assert {"megatron_offset", "exact_resume"} <= names, names
+    page.locator("#compare-metric").click()
+    page.get_by_text("lr", exact=True).last.click()
+    page.wait_for_function(
+        "() => document.querySelector('#compare-figure .js-plotly-plot')"
+        ".layout.yaxis.title.text === 'lr'",
+        timeout=60_000,
+    )
     assert problems(page) == []
 
 
