@@ -7,6 +7,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from app import __version__
+from app.api import errors
 from app.api.deps import SessionDep
 from app.api.routes import ingest, jobs, live, nodes, runs
 
@@ -18,6 +19,7 @@ def create_app(mount_dashboard: bool = True) -> FastAPI:
         description="Experiment tracking that checks resumed training runs consumed the data they"
         " were designed to see, and ties loss spikes to checkpoints.",
     )
+    errors.install(api)
     api.include_router(ingest.router)
     api.include_router(jobs.router)
     api.include_router(runs.router)

@@ -1,5 +1,7 @@
 """The relational model. Import from here so every table is registered on ``Base.metadata``."""
 
+from app.models.access import ApiToken
+from app.models.alert import Alert, AlertChannel, AlertDelivery, AlertRule, AlertSilence
 from app.models.base import Base
 from app.models.checkpoint import Checkpoint, CheckpointComponent
 from app.models.finding import Finding
@@ -7,9 +9,16 @@ from app.models.job import IngestJob
 from app.models.run import Event, Project, Run, Segment
 from app.models.series import MetricChunk, MetricSeries, SampleChunk
 from app.models.stream import StreamBatch
+from app.models.tag import RunTag
 from app.models.telemetry import Node, TelemetryRollup, TelemetryScrape, TelemetrySeries
 
 __all__ = [
+    "Alert",
+    "AlertChannel",
+    "AlertDelivery",
+    "AlertRule",
+    "AlertSilence",
+    "ApiToken",
     "Base",
     "Checkpoint",
     "CheckpointComponent",
@@ -21,6 +30,7 @@ __all__ = [
     "Node",
     "Project",
     "Run",
+    "RunTag",
     "SampleChunk",
     "Segment",
     "StreamBatch",
