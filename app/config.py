@@ -63,6 +63,39 @@ class Settings(BaseSettings):
     telemetry_minute_days: float = Field(default=90.0, description="Keep per-minute rollups.")
     telemetry_hour_days: float = Field(default=730.0, description="Keep per-hour rollups.")
 
+    public_reads: bool = Field(
+        default=False,
+        description="Let API and dashboard reads through without a token (writes always need one).",
+    )
+    admin_token_file: Path | None = Field(
+        default=None,
+        description="Where the embedded mode writes its local admin token (home/admin-token).",
+    )
+
+    alert_max_attempts: int = Field(default=8, description="Delivery attempts before 'failed'.")
+    alert_retry_base_s: float = Field(
+        default=5.0, description="First retry delay of a failed delivery; doubles per attempt."
+    )
+    alert_retry_max_s: float = Field(default=600.0, description="Longest delay between retries.")
+    alert_timeout_s: float = Field(default=10.0, description="HTTP/SMTP timeout of one delivery.")
+    webhook_allow_private: bool = Field(
+        default=False,
+        description="Allow alert webhooks to loopback, private and link-local addresses.",
+    )
+    webhook_allow_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts or CIDR ranges alerts may reach even when private: ['10.1.2.0/24'].",
+    )
+    webhook_deny_hosts: list[str] = Field(
+        default_factory=list, description="Hosts or CIDR ranges alerts may never reach."
+    )
+    smtp_host: str | None = Field(default=None, description="SMTP server for email alerts.")
+    smtp_port: int = 587
+    smtp_user: str | None = None
+    smtp_password: str | None = None
+    smtp_starttls: bool = Field(default=True, description="Upgrade with STARTTLS when offered.")
+    smtp_from: str = "runwatch@localhost"
+
     worker_concurrency: int = 1
     log_level: str = "INFO"
 
@@ -99,6 +132,10 @@ class Settings(BaseSettings):
         return Retention(
             self.telemetry_raw_days, self.telemetry_minute_days, self.telemetry_hour_days
         )
+
+    @property
+    def admin_token_path(self) -> Path:
+        return (self.admin_token_file or self.resolved_home / "admin-token").expanduser()
 
     @property
     def base_url(self) -> str:
