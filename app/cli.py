@@ -362,31 +362,97 @@ def check(
     fail_on: Annotated[
         str, typer.Option(help="Lowest severity that fails the check: warning or critical")
     ] = "critical",
+    checkpoint: Annotated[
+        str | None,
+        typer.Option(help="Also fail unless this checkpoint (name or step) is safe to promote"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON")] = False,
+    server: Annotated[
+        str | None,
+        typer.Option(envvar="RUNWATCH_SERVER", help="Ask this server instead of the local store"),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="RUNWATCH_TOKEN", show_default=False, help="API token (--server)"),
+    ] = None,
+    wait: Annotated[
+        float, typer.Option(help="With --server: seconds to wait for a first analysis")
+    ] = 0.0,
 ) -> None:
-    """Exit 0 when RUN passes, 1 when it fails at --fail-on, 2 on usage errors or no such run."""
-    from app.services.findings import verdict_summary
-
+    """Exit 0 when RUN passes, 1 when it fails at --fail-on (or --checkpoint is not safe),
+    2 on usage errors, no such run, or an unreachable server."""
     if fail_on not in FAIL_ON:
         _err("--fail-on must be 'warning' or 'critical'")
         raise typer.Exit(2)
-    session, found = _open_run(run, analyze_if_needed=True)
-    with session:
-        summary = verdict_summary(session=session, run=found)
+    if server:
+        summary = _remote_check(server, token, run, checkpoint, wait)
+    else:
+        summary = _local_check(run, checkpoint)
     failed = summary["verdict"] in FAIL_ON[fail_on]
+    ckpt = summary.get("checkpoint")
+    if ckpt is not None and ckpt["safe"] is not True:
+        failed = True
     if as_json:
-        summary["analyzed_at"] = str(summary["analyzed_at"])
+        summary["analyzed_at"] = (
+            None if summary["analyzed_at"] is None else str(summary["analyzed_at"])
+        )
         summary["fail_on"] = fail_on
         summary["passed"] = not failed
         typer.echo(json.dumps(summary))
     else:
-        typer.echo(f"run {found.id} {found.name}: {summary['verdict']}")
+        typer.echo(f"run {summary['run_id']} {summary['name']}: {summary['verdict']}")
         for suspect in summary["suspect_resumes"]:
             for item in suspect["findings"]:
                 typer.echo(f"  {item['severity']}: {item['message']}")
             if suspect["repair"]:
                 typer.echo(f"  repair: {suspect['repair']['advice']}")
+        if ckpt is not None:
+            state = {True: "safe", False: "unsafe", None: "not analysed"}[ckpt["safe"]]
+            typer.echo(f"  checkpoint {ckpt['name']} (step {ckpt['step']}): {state}")
+            for reason in ckpt["reasons"]:
+                typer.echo(f"    {reason}")
     raise typer.Exit(1 if failed else 0)
+
+
+def _local_check(run: str, checkpoint: str | None) -> dict[str, Any]:
+    from app.services import runs as run_service
+    from app.services.findings import verdict_summary
+
+    session, found = _open_run(run, analyze_if_needed=True)
+    with session:
+        summary = verdict_summary(session=session, run=found)
+        summary["name"] = found.name
+        if checkpoint is not None:
+            ckpts = run_service.checkpoints(session=session, run_id=found.id)
+            match = run_service.find_checkpoint(ckpts, checkpoint)
+            if match is None:
+                _err(f"run {found.id} has no checkpoint {checkpoint!r}")
+                raise typer.Exit(2)
+            summary["checkpoint"] = {
+                "name": match.name,
+                "step": match.step,
+                "safe": None if match.verdict is None else match.verdict == "safe",
+                "reasons": match.verdict_reasons or [],
+            }
+    return summary
+
+
+def _remote_check(
+    server: str, token: str | None, run: str, checkpoint: str | None, wait: float
+) -> dict[str, Any]:
+    from app.commands.remote import RemoteClient, RemoteError
+
+    try:
+        with RemoteClient(server, token) as client:
+            found = client.find_run(run)
+            summary = client.verdict(int(found["id"]), wait=wait)
+            summary["name"] = found["name"]
+            if checkpoint is not None:
+                summary["checkpoint"] = client.checkpoint(int(found["id"]), checkpoint)
+    except RemoteError as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
+    return summary
 
 
 @cli.command()

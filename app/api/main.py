@@ -9,7 +9,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from app import __version__
 from app.api import errors
 from app.api.deps import SessionDep
-from app.api.routes import ingest, jobs, live, nodes, runs
+from app.api.routes import checkpoints, coverage, findings, ingest, jobs, live, nodes, runs, tags
 
 
 def create_app(mount_dashboard: bool = True) -> FastAPI:
@@ -23,6 +23,10 @@ def create_app(mount_dashboard: bool = True) -> FastAPI:
     api.include_router(ingest.router)
     api.include_router(jobs.router)
     api.include_router(runs.router)
+    api.include_router(checkpoints.router)
+    api.include_router(coverage.router)
+    api.include_router(tags.router)
+    api.include_router(findings.router)
     api.include_router(live.router)
     api.include_router(nodes.router)
 

@@ -57,6 +57,7 @@ class RunSummary(BaseModel):
     num_segments: int
     num_resumes: int
     verdict: str | None
+    tags: list[str]
     started_at: datetime | None
     ended_at: datetime | None
     created_at: datetime
@@ -198,3 +199,73 @@ class MetricOut(BaseModel):
     times: list[float | None]
     segments: list[int]
     superseded: PointsOut | None = None
+
+
+class CheckpointsOut(BaseModel):
+    run_id: int
+    run_verdict: str | None
+    items: list[CheckpointOut]
+
+
+class CheckpointCheckOut(BaseModel):
+    """Is it safe to resume from, or promote, this checkpoint? ``safe`` is null until analysed."""
+
+    run_id: int
+    run_verdict: str | None
+    safe: bool | None
+    reasons: list[str]
+    checkpoint: CheckpointOut
+
+
+class EpochCoverageOut(BaseModel):
+    epoch: int
+    first_step: int
+    last_step: int
+    unseen: int
+    repeated: int
+    complete: bool
+
+
+class CoverageOut(BaseModel):
+    """Per designed epoch, how many dataset samples were never seen and how many were seen
+    more than once. ``grid`` (the dashboard heatmap) only with ``?grid=true``."""
+
+    run_id: int
+    analyzed_at: datetime | None
+    dataset_size: int | None
+    sampler: str | None
+    epoch_plan: dict[str, Any] | None
+    epochs: list[EpochCoverageOut]
+    unseen: int
+    repeated: int
+    grid: dict[str, Any] | None = None
+
+
+class RunFindingOut(FindingOut):
+    run_id: int
+    project: str
+    run_name: str
+
+
+class FindingsPage(BaseModel):
+    items: list[RunFindingOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class TagsIn(BaseModel):
+    add: list[str] = []
+    remove: list[str] = []
+
+
+class TagsOut(BaseModel):
+    run_id: int
+    tags: list[str]
+
+
+class JobsPage(BaseModel):
+    items: list[JobOut]
+    total: int
+    limit: int
+    offset: int

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.models import Checkpoint, Finding, Run
+from app.models import Checkpoint, Finding, Project, Run
+
+SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
 def list_findings(
@@ -19,6 +23,45 @@ def list_findings(
     if kind:
         query = query.where(Finding.kind == kind)
     return list(session.scalars(query.order_by(Finding.step, Finding.id)))
+
+
+@dataclass
+class FindingQuery:
+    project: str | None = None
+    run_id: int | None = None
+    severity: str | None = None
+    min_severity: str | None = None
+    kind: str | None = None
+    since: datetime | None = None
+
+
+def search_findings(
+    *, session: Session, query: FindingQuery, limit: int, offset: int
+) -> tuple[list[tuple[Finding, str, str]], int]:
+    """Findings across runs with their project and run names, newest first, and the total."""
+    stmt = (
+        select(Finding, Project.name, Run.name)
+        .join(Run, Finding.run_id == Run.id)
+        .join(Project, Run.project_id == Project.id)
+    )
+    if query.project is not None:
+        stmt = stmt.where(Project.name == query.project)
+    if query.run_id is not None:
+        stmt = stmt.where(Finding.run_id == query.run_id)
+    if query.severity:
+        stmt = stmt.where(Finding.severity == query.severity)
+    if query.min_severity:
+        floor = SEVERITY_RANK[query.min_severity]
+        stmt = stmt.where(Finding.severity.in_([s for s, r in SEVERITY_RANK.items() if r >= floor]))
+    if query.kind:
+        stmt = stmt.where(Finding.kind == query.kind)
+    if query.since is not None:
+        stmt = stmt.where(Finding.created_at >= query.since)
+    total = session.scalar(select(func.count()).select_from(stmt.subquery())) or 0
+    rows = session.execute(
+        stmt.order_by(Finding.created_at.desc(), Finding.id.desc()).limit(limit).offset(offset)
+    ).all()
+    return [(f, p, r) for f, p, r in rows], int(total)
 
 
 def finding_dict(finding: Finding) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -76,6 +76,28 @@ def prune_jobs(*, session: Session, run_id: int, source_key: str, keep: int) -> 
 
 def get_job(*, session: Session, job_id: int) -> IngestJob | None:
     return session.get(IngestJob, job_id)
+
+
+def list_jobs(
+    *,
+    session: Session,
+    project: str | None = None,
+    run_id: int | None = None,
+    state: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> tuple[list[IngestJob], int]:
+    """Jobs, newest first, and how many match."""
+    query = select(IngestJob)
+    if project is not None:
+        query = query.where(IngestJob.project == project)
+    if run_id is not None:
+        query = query.where(IngestJob.run_id == run_id)
+    if state is not None:
+        query = query.where(IngestJob.state == state)
+    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    jobs = session.scalars(query.order_by(IngestJob.id.desc()).limit(limit).offset(offset))
+    return list(jobs), int(total)
 
 
 @dataclass

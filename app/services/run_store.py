@@ -38,6 +38,7 @@ from app.models import (
     SampleChunk,
     Segment,
 )
+from app.services.tags import add_tags, source_tags
 from app.store.arrays import (
     FLOAT64,
     INT32,
@@ -149,6 +150,7 @@ def replace_run_data(
     run.dataset_size = parsed.dataset_size
     run.global_batch_size = parsed.global_batch_size
     run.config = parsed.config
+    add_tags(session, run.id, source_tags(parsed.config or {}))
     run.external_id = parsed.external_id
     run.source_format = parsed.source_format
     run.status = _status(layout.segments, recorded=parsed.source_format == "run_directory")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session, selectinload
 
-from app.models import Checkpoint, MetricSeries, Project, Run, Segment
+from app.models import Checkpoint, MetricSeries, Project, Run, RunTag, Segment
 
 
 @dataclass
@@ -20,6 +21,10 @@ class RunFilter:
     offset: int = 0
     verdict: str | None = None
     order: str = "updated"  # updated, name, steps, verdict; a leading "-" reverses
+    tags: tuple[str, ...] = ()  # runs carrying every one of these tags
+    updated_after: datetime | None = None
+    updated_before: datetime | None = None
+    name: str | None = None  # exact run name
 
 
 def list_runs(*, session: Session, filters: RunFilter) -> tuple[list[tuple[Run, str]], int]:
@@ -31,6 +36,14 @@ def list_runs(*, session: Session, filters: RunFilter) -> tuple[list[tuple[Run, 
         query = query.where(Run.status == filters.status)
     if filters.verdict:
         query = query.where(Run.verdict == filters.verdict)
+    if filters.name:
+        query = query.where(Run.name == filters.name)
+    for tag in filters.tags:
+        query = query.where(exists().where(RunTag.run_id == Run.id, RunTag.tag == tag))
+    if filters.updated_after is not None:
+        query = query.where(Run.updated_at >= filters.updated_after)
+    if filters.updated_before is not None:
+        query = query.where(Run.updated_at < filters.updated_before)
     if filters.search:
         query = query.where(Run.name.contains(filters.search, autoescape=True))
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
@@ -106,6 +119,18 @@ def checkpoints(*, session: Session, run_id: int) -> list[Checkpoint]:
             .order_by(Checkpoint.step, Checkpoint.name)
         )
     )
+
+
+def find_checkpoint(checkpoints: list[Checkpoint], ref: str) -> Checkpoint | None:
+    """By exact name first; a number matches the checkpoint saved at that step (the last one
+    when several share it)."""
+    for ckpt in checkpoints:
+        if ckpt.name == ref:
+            return ckpt
+    if ref.lstrip("-").isdigit():
+        at_step = [c for c in checkpoints if c.step == int(ref)]
+        return at_step[-1] if at_step else None
+    return None
 
 
 def series(*, session: Session, run_id: int) -> list[MetricSeries]:

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query
 
 from app.api.deps import SessionDep
-from app.api.schemas import JobOut, Progress
+from app.api.schemas import JobOut, JobsPage, Progress
 from app.models import IngestJob
 from app.services import ingest as ingest_service
 
@@ -31,6 +33,22 @@ def job_out(job: IngestJob) -> JobOut:
         started_at=job.started_at,
         finished_at=job.finished_at,
     )
+
+
+@router.get("", response_model=JobsPage)
+def list_jobs(
+    session: SessionDep,
+    project: str | None = None,
+    run_id: int | None = None,
+    state: Annotated[str | None, Query(pattern="^(queued|running|succeeded|failed)$")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> JobsPage:
+    """Ingest jobs, newest first."""
+    jobs, total = ingest_service.list_jobs(
+        session=session, project=project, run_id=run_id, state=state, limit=limit, offset=offset
+    )
+    return JobsPage(items=[job_out(j) for j in jobs], total=total, limit=limit, offset=offset)
 
 
 @router.get("/{job_id}", response_model=JobOut)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 import numpy as np
@@ -25,13 +26,15 @@ from app.services import findings as finding_service
 from app.services import metrics as metric_service
 from app.services import run_telemetry
 from app.services import runs as run_service
+from app.services import tags as tag_service
 from app.services.telemetry_store import series_payload
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
 
 
-def run_summary(run: Run, project: str) -> RunSummary:
+def run_summary(run: Run, project: str, tags: list[str]) -> RunSummary:
     return RunSummary(
+        tags=tags,
         id=run.id,
         project=project,
         name=run.name,
@@ -92,13 +95,34 @@ def list_runs(
     status: str | None = None,
     verdict: Annotated[str | None, Query(pattern="^(pass|warn|fail)$")] = None,
     q: Annotated[str | None, Query(description="Substring of the run name")] = None,
+    name: Annotated[str | None, Query(description="Exact run name")] = None,
+    tag: Annotated[list[str] | None, Query(description="Runs with every one of these tags")] = None,
+    updated_after: Annotated[datetime | None, Query(description="ISO 8601")] = None,
+    updated_before: Annotated[datetime | None, Query(description="ISO 8601")] = None,
+    order: Annotated[
+        str, Query(pattern="^-?(updated|name|steps|verdict)$", description="Sort key; '-' reverses")
+    ] = "updated",
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> RunsPage:
-    filters = run_service.RunFilter(project, status, q, limit, offset, verdict)
+    """Runs, most recently updated first, filtered; ``total`` counts every match."""
+    filters = run_service.RunFilter(
+        project=project,
+        status=status,
+        search=q,
+        limit=limit,
+        offset=offset,
+        verdict=verdict,
+        order=order,
+        tags=tuple(tag or ()),
+        updated_after=updated_after,
+        updated_before=updated_before,
+        name=name,
+    )
     rows, total = run_service.list_runs(session=session, filters=filters)
+    tags = tag_service.tags_by_run(session, [run.id for run, _ in rows])
     return RunsPage(
-        items=[run_summary(run, name) for run, name in rows],
+        items=[run_summary(run, name, tags.get(run.id, [])) for run, name in rows],
         total=total,
         limit=limit,
         offset=offset,
@@ -108,7 +132,7 @@ def list_runs(
 @router.get("/{run_id}", response_model=RunDetail)
 def get_run(run_id: int, session: SessionDep) -> RunDetail:
     run = _get_run(session, run_id)
-    summary = run_summary(run, run.project.name)
+    summary = run_summary(run, run.project.name, tag_service.tags_of(session, run_id))
     return RunDetail(
         **summary.model_dump(),
         config=run.config or {},
