@@ -1,7 +1,8 @@
 """Who is calling and what they may do.
 
 A request carries a token as ``Authorization: Bearer <token>`` (the dashboard keeps it in a
-cookie after ``/login``). Writes always need one; reads need one unless the deployment sets
+cookie after ``/login``; the cookie counts for GET and HEAD only, so a cross-site form cannot
+write with it). Writes always need one; reads need one unless the deployment sets
 ``RUNWATCH_PUBLIC_READS``. A token has a scope (read < write < admin) and reaches one project
 or, when created without one, every project. Missing or unknown tokens get 401; a valid token
 that does not reach the target gets 403.
@@ -15,10 +16,12 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 
 from app.api.deps import SessionDep, SettingsDep
+from app.models import ApiToken
 from app.services.tokens import RANK, authenticate
 
 COOKIE = "runwatch_token"
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
+COOKIE_METHODS = frozenset({"GET", "HEAD"})  # the dashboard's cookie is for reading
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ def presented_secret(request: Request) -> str | None:
         if kind.lower() == "bearer" and value.strip():
             return value.strip()
         return header.strip()  # malformed: still counts as presented, and fails
+    if request.method not in COOKIE_METHODS:
+        return None  # a cross-site form could send the cookie: writes need the header
     return request.cookies.get(COOKIE) or None
 
 
@@ -52,6 +57,10 @@ def current_principal(request: Request, session: SessionDep) -> Principal | None
     token = authenticate(session=session, secret=secret)
     if token is None:
         raise HTTPException(401, "invalid or revoked token", headers=CHALLENGE)
+    return principal_of(token)
+
+
+def principal_of(token: ApiToken) -> Principal:
     return Principal(
         token_id=token.id,
         name=token.name,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
-from fastapi import Depends
+from fastapi import Depends, FastAPI
 from sqlalchemy.orm import Session
 
 from app.config import Settings, get_settings
@@ -19,3 +20,20 @@ def get_session() -> Iterator[Session]:
 
 SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+# Middleware runs outside dependency injection; these honour the app's dependency_overrides
+# so it sees the same database and settings as the routes.
+
+
+def app_settings(app: FastAPI) -> Settings:
+    provider = app.dependency_overrides.get(get_settings, get_settings)
+    settings: Settings = provider()
+    return settings
+
+
+@contextmanager
+def app_session(app: FastAPI) -> Iterator[Session]:
+    provider = app.dependency_overrides.get(get_session, get_session)
+    with contextmanager(provider)() as session:
+        yield session

@@ -9,6 +9,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from app import __version__
 from app.api import errors
 from app.api.deps import SessionDep
+from app.api.intake import Intake
 from app.api.routes import checkpoints, coverage, findings, ingest, jobs, live, nodes, runs, tags
 
 
@@ -20,6 +21,7 @@ def create_app(mount_dashboard: bool = True) -> FastAPI:
         " were designed to see, and ties loss spikes to checkpoints.",
     )
     errors.install(api)
+    api.add_middleware(Intake)  # body size (and an upload's token) before the body is read
     api.include_router(ingest.router)
     api.include_router(jobs.router)
     api.include_router(runs.router)
@@ -42,7 +44,10 @@ def create_app(mount_dashboard: bool = True) -> FastAPI:
     if mount_dashboard:
         from a2wsgi import WSGIMiddleware
 
+        from app.api.dashboard import DashboardGate
+        from app.api.dashboard import router as login_router
         from frontend.app import create_dash
 
-        api.mount("/", WSGIMiddleware(create_dash().server))  # type: ignore[arg-type]
+        api.include_router(login_router)
+        api.mount("/", DashboardGate(WSGIMiddleware(create_dash().server)))  # type: ignore[arg-type]
     return api

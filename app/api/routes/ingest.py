@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, HTTPException, Request, Response, UploadFile
+from fastapi import APIRouter, File, Form, HTTPException, Response, UploadFile
 
+from app.api.auth import Writer, authorize
 from app.api.deps import SessionDep, SettingsDep
 from app.api.schemas import JobAccepted
 from app.ingest.errors import IngestError
@@ -16,20 +17,21 @@ router = APIRouter(prefix="/api/v1", tags=["ingest"])
 
 @router.post("/ingest", status_code=202, response_model=JobAccepted)
 def ingest(
-    request: Request,
     response: Response,
     session: SessionDep,
     settings: SettingsDep,
+    principal: Writer,
     file: Annotated[
         UploadFile, File(description="A run archive (.tar, .tar.gz, .zip) or one file")
     ],
     project: Annotated[str, Form(min_length=1, max_length=200)] = "default",
     run: Annotated[str | None, Form(max_length=300)] = None,
 ) -> JobAccepted:
-    """Store the upload as the job's raw source and queue it; poll the returned status URL."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > settings.max_upload_bytes:
-        raise HTTPException(413, f"upload larger than {settings.max_upload_bytes} bytes")
+    """Store the upload as the job's raw source and queue it; poll the returned status URL.
+
+    Its size (``RUNWATCH_MAX_UPLOAD_BYTES``) and token were checked before the body was read
+    (app/api/intake.py); the project is checked here, before anything is stored."""
+    authorize(principal, "write", project)
     try:
         source = store_stream(
             file.file, file.filename or "upload", settings, limit=settings.max_upload_bytes

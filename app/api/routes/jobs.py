@@ -4,6 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
 
+from app.api.auth import Reader, authorize, project_filter
 from app.api.deps import SessionDep
 from app.api.schemas import JobOut, JobsPage, Progress
 from app.models import IngestJob
@@ -38,6 +39,7 @@ def job_out(job: IngestJob) -> JobOut:
 @router.get("", response_model=JobsPage)
 def list_jobs(
     session: SessionDep,
+    principal: Reader,
     project: str | None = None,
     run_id: int | None = None,
     state: Annotated[str | None, Query(pattern="^(queued|running|succeeded|failed)$")] = None,
@@ -45,15 +47,23 @@ def list_jobs(
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> JobsPage:
     """Ingest jobs, newest first."""
+    if project is not None:
+        authorize(principal, "read", project)
     jobs, total = ingest_service.list_jobs(
-        session=session, project=project, run_id=run_id, state=state, limit=limit, offset=offset
+        session=session,
+        project=project or project_filter(principal),
+        run_id=run_id,
+        state=state,
+        limit=limit,
+        offset=offset,
     )
     return JobsPage(items=[job_out(j) for j in jobs], total=total, limit=limit, offset=offset)
 
 
 @router.get("/{job_id}", response_model=JobOut)
-def get_job(job_id: int, session: SessionDep) -> JobOut:
+def get_job(job_id: int, session: SessionDep, principal: Reader) -> JobOut:
     job = ingest_service.get_job(session=session, job_id=job_id)
     if job is None:
         raise HTTPException(status_code=404, detail=f"job {job_id} not found")
+    authorize(principal, "read", job.project)
     return job_out(job)

@@ -11,11 +11,13 @@ from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import BaseModel, Field
 from sqlalchemy import select
 
+from app.api.auth import Reader, Writer, authorize
 from app.api.deps import SessionDep
 from app.models import Node, TelemetrySeries
 from app.services import nodes as node_service
 from app.services.telemetry_store import series_payload
 
+# Nodes belong to no project: any reader sees them; only a token reaching every project writes.
 router = APIRouter(prefix="/api/v1/nodes", tags=["telemetry"])
 
 
@@ -87,12 +89,13 @@ def _node(session: SessionDep, node_id: int) -> Node:
 
 
 @router.get("", response_model=list[NodeOut])
-def list_nodes(session: SessionDep) -> list[NodeOut]:
+def list_nodes(session: SessionDep, _: Reader) -> list[NodeOut]:
     return [node_out(session, n) for n in session.scalars(select(Node).order_by(Node.name))]
 
 
 @router.post("", response_model=NodeOut, status_code=201)
-def create_node(body: NodeIn, session: SessionDep) -> NodeOut:
+def create_node(body: NodeIn, session: SessionDep, principal: Writer) -> NodeOut:
+    authorize(principal, "write", None)
     if session.scalars(select(Node.id).where(Node.name == body.name)).first() is not None:
         raise HTTPException(409, f"a node named {body.name!r} exists")
     try:
@@ -104,12 +107,13 @@ def create_node(body: NodeIn, session: SessionDep) -> NodeOut:
 
 
 @router.get("/{node_id}", response_model=NodeOut)
-def get_node(node_id: int, session: SessionDep) -> NodeOut:
+def get_node(node_id: int, session: SessionDep, _: Reader) -> NodeOut:
     return node_out(session, _node(session, node_id))
 
 
 @router.patch("/{node_id}", response_model=NodeOut)
-def update_node(node_id: int, body: NodePatch, session: SessionDep) -> NodeOut:
+def update_node(node_id: int, body: NodePatch, session: SessionDep, principal: Writer) -> NodeOut:
+    authorize(principal, "write", None)
     node = _node(session, node_id)
     try:
         node_service.upsert(session=session, name=node.name, **body.model_dump())
@@ -120,7 +124,8 @@ def update_node(node_id: int, body: NodePatch, session: SessionDep) -> NodeOut:
 
 
 @router.delete("/{node_id}", status_code=204)
-def delete_node(node_id: int, session: SessionDep) -> Response:
+def delete_node(node_id: int, session: SessionDep, principal: Writer) -> Response:
+    authorize(principal, "write", None)
     session.delete(_node(session, node_id))
     session.commit()
     return Response(status_code=204)
@@ -130,6 +135,7 @@ def delete_node(node_id: int, session: SessionDep) -> Response:
 def node_telemetry(
     node_id: int,
     session: SessionDep,
+    _: Reader,
     metric: Annotated[str, Query(description="Canonical metric, e.g. power, gpu_util")],
     start: Annotated[float | None, Query(alias="from", description="Unix seconds")] = None,
     end: Annotated[float | None, Query(alias="to", description="Unix seconds")] = None,

@@ -7,6 +7,7 @@ import numpy as np
 import orjson
 from fastapi import APIRouter, HTTPException, Query, Response
 
+from app.api.auth import Reader, authorize, project_filter
 from app.api.deps import SessionDep
 from app.api.schemas import (
     CheckpointOut,
@@ -91,6 +92,7 @@ def _get_run(session: SessionDep, run_id: int) -> Run:
 @router.get("", response_model=RunsPage)
 def list_runs(
     session: SessionDep,
+    principal: Reader,
     project: str | None = None,
     status: str | None = None,
     verdict: Annotated[str | None, Query(pattern="^(pass|warn|fail)$")] = None,
@@ -106,8 +108,10 @@ def list_runs(
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> RunsPage:
     """Runs, most recently updated first, filtered; ``total`` counts every match."""
+    if project is not None:
+        authorize(principal, "read", project)
     filters = run_service.RunFilter(
-        project=project,
+        project=project or project_filter(principal),
         status=status,
         search=q,
         limit=limit,
@@ -130,8 +134,9 @@ def list_runs(
 
 
 @router.get("/{run_id}", response_model=RunDetail)
-def get_run(run_id: int, session: SessionDep) -> RunDetail:
+def get_run(run_id: int, session: SessionDep, principal: Reader) -> RunDetail:
     run = _get_run(session, run_id)
+    authorize(principal, "read", run.project.name)
     summary = run_summary(run, run.project.name, tag_service.tags_of(session, run_id))
     return RunDetail(
         **summary.model_dump(),
@@ -153,11 +158,13 @@ def get_run(run_id: int, session: SessionDep) -> RunDetail:
 def get_findings(
     run_id: int,
     session: SessionDep,
+    principal: Reader,
     severity: Annotated[str | None, Query(pattern="^(info|warning|critical)$")] = None,
     kind: str | None = None,
 ) -> FindingsOut:
     """What the analyzers found, ordered by step."""
     run = _get_run(session, run_id)
+    authorize(principal, "read", run.project.name)
     items = finding_service.list_findings(
         session=session, run_id=run_id, severity=severity, kind=kind
     )
@@ -169,10 +176,11 @@ def get_findings(
 
 
 @router.get("/{run_id}/verdict", response_model=VerdictOut)
-def get_verdict(run_id: int, session: SessionDep) -> VerdictOut:
+def get_verdict(run_id: int, session: SessionDep, principal: Reader) -> VerdictOut:
     """``pass``, ``warn`` or ``fail``, the suspect resumes with repair advice, and whether each
     checkpoint is safe to resume from or promote. ``verdict`` is null until analysed."""
     run = _get_run(session, run_id)
+    authorize(principal, "read", run.project.name)
     return VerdictOut.model_validate(finding_service.verdict_summary(session=session, run=run))
 
 
@@ -180,12 +188,14 @@ def get_verdict(run_id: int, session: SessionDep) -> VerdictOut:
 def get_run_telemetry(
     run_id: int,
     session: SessionDep,
+    principal: Reader,
     metric: Annotated[str, Query(description="Canonical metric, e.g. power, gpu_util")] = "power",
     max_points: Annotated[int, Query(ge=0, le=100_000)] = 2000,
 ) -> Response:
     """The GPUs the run declared (config ``telemetry``), on its wall-clock window, each point
     mapped to the training step logged at that time (``steps``; null outside the logged range)."""
     run = _get_run(session, run_id)
+    authorize(principal, "read", run.project.name)
     span = run_telemetry.window(run)
     axis = run_telemetry.step_axis(session, run)
     series = []
@@ -211,6 +221,7 @@ def get_metric(
     run_id: int,
     key: str,
     session: SessionDep,
+    principal: Reader,
     max_points: Annotated[
         int, Query(ge=0, le=1_000_000, description="0 returns every point")
     ] = 2000,
@@ -222,7 +233,8 @@ def get_metric(
 
     Downsampling keeps each bucket's minimum and maximum, so a one-step spike never disappears.
     """
-    _get_run(session, run_id)
+    run = _get_run(session, run_id)
+    authorize(principal, "read", run.project.name)
     series = metric_service.find_series(session=session, run_id=run_id, key=key)
     if series is None:
         raise HTTPException(status_code=404, detail=f"run {run_id} has no metric '{key}'")
