@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from app.commands.tokens import announce_local_admin, tokens_cli
 from app.config import Settings, get_settings
 
 cli = typer.Typer(
@@ -25,6 +26,7 @@ db_cli = typer.Typer(help="Database schema migrations.", no_args_is_help=True)
 cli.add_typer(db_cli, name="db")
 nodes_cli = typer.Typer(help="Nodes that GPU telemetry is pulled from.", no_args_is_help=True)
 cli.add_typer(nodes_cli, name="nodes")
+cli.add_typer(tokens_cli, name="tokens")
 
 
 def _err(message: str) -> None:
@@ -678,6 +680,7 @@ def serve(
     start_worker = settings.is_embedded_broker if with_worker is None else with_worker
     host = host or settings.api_host
     port = port or settings.api_port
+    announce_local_admin(settings, host, port)
     with _worker_process(start_worker):
         _run_api(host, port)
 
@@ -736,6 +739,7 @@ def demo(
         job_ids = _submit_paths(paths, project="demo", run=None, quiet=True)
         for result in _wait_for_jobs(job_ids, timeout=600, show_progress=True):
             _print_result(result)
+        announce_local_admin(settings, settings.api_host, port or settings.api_port)
         if serve_after:
             _run_api(settings.api_host, port or settings.api_port)
 
