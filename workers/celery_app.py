@@ -9,7 +9,7 @@ from celery import Celery
 
 from app.config import Settings, get_settings
 
-QUEUES = ("ingest", "telemetry")
+QUEUES = ("ingest", "telemetry", "alerts")
 
 
 def create_celery(settings: Settings) -> Celery:
@@ -26,10 +26,13 @@ def create_celery(settings: Settings) -> Celery:
             "runwatch.schedule_scrapes": {"queue": "telemetry"},
             "runwatch.scrape_node": {"queue": "telemetry"},
             "runwatch.compact_telemetry": {"queue": "telemetry"},
+            "runwatch.deliver_alert": {"queue": "alerts"},
+            "runwatch.sweep_alerts": {"queue": "alerts"},
         },
         beat_schedule={
             "schedule-scrapes": {"task": "runwatch.schedule_scrapes", "schedule": 1.0},
             "compact-telemetry": {"task": "runwatch.compact_telemetry", "schedule": 600.0},
+            "sweep-alerts": {"task": "runwatch.sweep_alerts", "schedule": 60.0},
         },
         beat_schedule_filename=str(settings.resolved_home / "celerybeat-schedule"),
         task_serializer="json",

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 
 from app.config import get_settings
 from app.db import get_engine, session_scope
+from app.services import alert_delivery, scraping, telemetry_store
 from app.services import ingest as ingest_service
 from app.services import live as live_service
-from app.services import scraping, telemetry_store
 from workers.celery_app import celery_app
 
 
@@ -23,7 +24,9 @@ from workers.celery_app import celery_app
     max_retries=8,
 )
 def ingest(job_id: int) -> str:
-    job = ingest_service.run_job(engine=get_engine(), settings=get_settings(), job_id=job_id)
+    job = ingest_service.run_job(
+        engine=get_engine(), settings=get_settings(), job_id=job_id, on_alerts=enqueue_deliveries
+    )
     return job.state
 
 
@@ -50,7 +53,9 @@ def refresh_live(run_id: int) -> str:
     if job_id is None:
         return "nothing new"
     started = time.monotonic()
-    job = ingest_service.run_job(engine=engine, settings=settings, job_id=job_id)
+    job = ingest_service.run_job(
+        engine=engine, settings=settings, job_id=job_id, on_alerts=enqueue_deliveries
+    )
     with session_scope(engine) as session:
         again = live_service.more_pending(session=session, run_id=run_id)
     if again:  # wait at least as long as a refresh takes, so big runs are not reread nonstop
@@ -90,3 +95,36 @@ def compact_telemetry() -> dict[str, int]:
     settings = get_settings()
     with session_scope(get_engine()) as session:
         return telemetry_store.compact(session, time.time(), settings.telemetry_retention)
+
+
+@celery_app.task(
+    name="runwatch.deliver_alert",
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=2,
+    retry_backoff_max=60,
+    max_retries=8,
+)
+def deliver_alert(delivery_id: int) -> str:
+    """One attempt at one alert delivery. A failed send is retried by queueing this task again
+    with the delivery's backoff (its state, attempts and due time live in the database)."""
+    outcome = alert_delivery.deliver(
+        engine=get_engine(), settings=get_settings(), delivery_id=delivery_id
+    )
+    if outcome.retry_in is not None:
+        deliver_alert.apply_async((delivery_id,), countdown=outcome.retry_in)
+    return outcome.state
+
+
+def enqueue_deliveries(delivery_ids: Iterable[int]) -> None:
+    """Call only after the transaction that created the deliveries has committed."""
+    for delivery_id in delivery_ids:
+        deliver_alert.delay(delivery_id)
+
+
+@celery_app.task(name="runwatch.sweep_alerts", autoretry_for=(OperationalError,))
+def sweep_alerts() -> int:
+    """Beat, every minute: queue again deliveries whose message was lost or whose worker died."""
+    with session_scope(get_engine()) as session:
+        due = alert_delivery.sweep(session=session, now=datetime.now(UTC))
+    enqueue_deliveries(due)
+    return len(due)

@@ -91,6 +91,9 @@ class AlertDelivery(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # a pending delivery is not claimed before this (retry backoff); the sweep re-enqueues
+    # pending deliveries long past it, whose queue message was lost
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     alert: Mapped[Alert] = relationship(back_populates="deliveries")
     channel: Mapped[AlertChannel] = relationship()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +28,7 @@ from app.ingest.formats import read_source
 from app.ingest.records import ParsedRun
 from app.ingest.source import Limits, open_source
 from app.models import IngestJob, Project, Run
+from app.services import alerts as alert_service
 from app.services import analysis as analysis_service
 from app.services.run_store import RunLayout, plan_layout, replace_run_data
 from app.services.sources import StoredSource, source_file
@@ -125,8 +127,16 @@ class _Progress:
                     job.phase = phase
 
 
-def run_job(*, engine: Engine, settings: Settings, job_id: int) -> IngestJob:
-    """Do one ingest job. Safe to call again for the same job (a redelivered task)."""
+AlertSink = Callable[[list[int]], None]
+
+
+def run_job(
+    *, engine: Engine, settings: Settings, job_id: int, on_alerts: AlertSink | None = None
+) -> IngestJob:
+    """Do one ingest job. Safe to call again for the same job (a redelivered task).
+
+    ``on_alerts`` gets the ids of the alert deliveries the analysis created, after its commit.
+    """
     with session_scope(engine) as session:
         job = session.get(IngestJob, job_id)
         if job is None:
@@ -159,7 +169,7 @@ def run_job(*, engine: Engine, settings: Settings, job_id: int) -> IngestJob:
     except Exception as exc:
         log.exception("ingest job %s failed unexpectedly", job_id)
         return _fail(engine, job_id, f"internal error: {type(exc).__name__}: {exc}", warnings)
-    return _analyze_and_finish(engine, job_id, run_id)
+    return _analyze_and_finish(engine, job_id, run_id, on_alerts)
 
 
 def _unchanged_run(engine: Engine, source: _Source) -> int | None:
@@ -191,18 +201,29 @@ def _finish_unchanged(engine: Engine, job_id: int, run_id: int) -> IngestJob:
         return job
 
 
-def _analyze_and_finish(engine: Engine, job_id: int, run_id: int) -> IngestJob:
-    """Analyze the stored run, then mark the job succeeded. An analyzer bug does not lose the
-    ingested data: the job still succeeds, with the error among its warnings."""
+def _analyze_and_finish(
+    engine: Engine, job_id: int, run_id: int, on_alerts: AlertSink | None = None
+) -> IngestJob:
+    """Analyze the stored run and evaluate its alerts, then mark the job succeeded. An analyzer
+    bug does not lose the ingested data: the job still succeeds, with the error among its
+    warnings."""
     problem: str | None = None
+    deliveries: list[int] = []
     try:
         with session_scope(engine) as session:
             analysis_service.analyze(session=session, run_id=run_id)
+            deliveries = _evaluate_alerts(session, run_id)
     except (OperationalError, InterfaceError):
         raise
     except Exception as exc:
         log.exception("analysis of run %s failed", run_id)
         problem = f"analysis failed: {type(exc).__name__}: {exc}"
+        deliveries = []
+    if deliveries and on_alerts is not None:
+        try:
+            on_alerts(deliveries)
+        except Exception:  # the broker is away: the sweep queues them within minutes
+            log.exception("could not queue alert deliveries %s", deliveries)
     with session_scope(engine) as session:
         job = session.get(IngestJob, job_id)
         assert job is not None
@@ -212,6 +233,18 @@ def _analyze_and_finish(engine: Engine, job_id: int, run_id: int) -> IngestJob:
         job.phase = None
         job.finished_at = datetime.now(UTC)
         return job
+
+
+def _evaluate_alerts(session: Session, run_id: int) -> list[int]:
+    """Alerts for the new findings, in the analysis transaction; a bug here loses no analysis."""
+    try:
+        with session.begin_nested():
+            return alert_service.evaluate(session=session, run_id=run_id)
+    except (OperationalError, InterfaceError):
+        raise
+    except Exception:
+        log.exception("alert evaluation of run %s failed", run_id)
+        return []
 
 
 @dataclass(frozen=True)
