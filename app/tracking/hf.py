@@ -63,8 +63,9 @@ class RunwatchCallback(TrainerCallback):
     (through :meth:`track`) the sample ids of every optimizer step.
 
     ``run`` is a :class:`RunLogger` or a run directory (a logger is then made on the main
-    process with ``logger_options``, and closed when training ends). Only the world's main
-    process writes. Set ``logging_steps=1`` for a metrics line per optimizer step.
+    process with ``logger_options``, e.g. ``server=`` to stream, whose token defaults to
+    ``RUNWATCH_TOKEN``; it is closed when training ends). Only the world's main process writes.
+    Set ``logging_steps=1`` for a metrics line per optimizer step.
     """
 
     def __init__(self, run: RunLogger | str | os.PathLike[str], **logger_options: Any) -> None:

@@ -53,7 +53,8 @@ class RunwatchCallback(Callback):
     metrics, checkpoint manifests and each step's sample ids.
 
     ``run`` is a :class:`RunLogger` or a run directory (a logger is then made on global rank 0
-    with ``logger_options`` and closed when training ends). ``sample_ids`` says where a batch
+    with ``logger_options``, e.g. ``server=`` to stream, whose token defaults to
+    ``RUNWATCH_TOKEN``; it is closed when training ends). ``sample_ids`` says where a batch
     carries its dataset indices: a mapping key (default ``"sample_id"``, as
     ``SampleIdDataset(ds, key="sample_id")`` adds), a tuple position, or a function of the batch.
     """

@@ -60,8 +60,10 @@ class RunLogger:
         flush_every: int = 1,
         stream_options: Mapping[str, Any] | None = None,
     ) -> None:
-        """``flush_every``: lines per file between flushes to the OS (1: a kill loses nothing
-        but a partial line). ``stream_options`` go to :class:`~.stream.StreamClient`."""
+        """``server``: also stream every record there, with ``token`` (default: the
+        ``RUNWATCH_TOKEN`` environment variable). ``flush_every``: lines per file between
+        flushes to the OS (1: a kill loses nothing but a partial line). ``stream_options`` go to
+        :class:`~.stream.StreamClient`."""
         if flush_every < 1:
             raise ValueError("flush_every must be at least 1")
         self.run_dir = Path(run_dir)

@@ -6,15 +6,20 @@ Protocol::
     POST {server}/api/v1/runs/{id}/events  {"logger", "batch", "records": [...]}    -> 202
 
 Batch numbers count up from 1 per logger; the server ignores a (logger, batch) it already has, so
-a batch is retried until it is acknowledged. Nothing here blocks or raises into the caller: the
-queue is bounded (the oldest unsent records are dropped and counted when it is full) and every
-network failure only updates the counters. The run directory on disk stays complete either way.
+a batch is retried until it is acknowledged. Requests carry ``Authorization: Bearer <token>``: the
+token given, else the ``RUNWATCH_TOKEN`` environment variable. A refusal (401: no or a bad
+token; 403: a token without write scope on the project; any other 4xx) is not retried.
+
+Nothing here blocks or raises into the caller: the queue is bounded (the oldest unsent records
+are dropped and counted when it is full) and every network failure only updates the counters.
+The run directory on disk stays complete either way.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import threading
 import time
 import urllib.error
@@ -26,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 RETRYABLE_STATUS = frozenset({408, 425, 429})
+TOKEN_ENV = "RUNWATCH_TOKEN"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 
 
@@ -73,7 +79,7 @@ class StreamClient:
         self.project = project
         self.name = name
         self.config = json.loads(json.dumps(dict(config or {}), default=str))
-        self.token = token
+        self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
         self.logger_id = logger_id
         self.batch_size = batch_size
         self.interval = interval
@@ -315,8 +321,13 @@ def _describe(exc: BaseException) -> str:
 
 
 def _error_detail(exc: urllib.error.HTTPError) -> str:
+    """``: <message>`` from the server's ``{"error": {"message"}}`` body (else its first bytes)."""
     try:
-        text = exc.read(300).decode("utf-8", "replace").strip()
+        text = exc.read(4096).decode("utf-8", "replace").strip()
     except Exception:
         return ""
-    return f": {text}" if text else ""
+    try:
+        message = json.loads(text)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return f": {text[:300]}" if text else ""
+    return f": {str(message)[:300]}"

@@ -25,12 +25,21 @@ class FakeServer:
     ``failures``: how many event requests fail first, and how: ``"503"`` answers 503,
     ``"drop"`` closes the connection without answering, ``"apply_then_drop"`` stores the batch
     and then closes the connection (so the client retries a batch the server already has).
+    ``token``: the one accepted (401 otherwise); ``project``: the one it reaches (403 otherwise).
+    Refusals carry Runwatch's error body, ``{"error": {"status", "code", "message", ...}}``.
     """
 
     def __init__(
-        self, port: int = 0, *, token: str | None = None, failures: int = 0, mode: str = "503"
+        self,
+        port: int = 0,
+        *,
+        token: str | None = None,
+        project: str | None = None,
+        failures: int = 0,
+        mode: str = "503",
     ) -> None:
         self.token = token
+        self.project = project
         self.failures = failures
         self.mode = mode
         self.lock = threading.Lock()
@@ -69,8 +78,12 @@ class FakeServer:
                 with owner.lock:
                     owner.auth.append(header)
                 if owner.token is not None and header != f"Bearer {owner.token}":
-                    return self._answer(401, {"detail": "bad token"})
+                    return self._error(401, "invalid or revoked token")
                 if self.path == "/api/v1/runs":
+                    if owner.project is not None and body["project"] != owner.project:
+                        return self._error(
+                            403, f"this token does not reach project {body['project']!r}"
+                        )
                     with owner.lock:
                         key = (body["project"], body["name"])
                         run_id = owner.runs.setdefault(key, len(owner.runs) + 1)
@@ -78,7 +91,7 @@ class FakeServer:
                     return self._answer(200, {"id": run_id, "project": key[0], "name": key[1]})
                 if self.path.startswith("/api/v1/runs/") and self.path.endswith("/events"):
                     return self._events(body)
-                return self._answer(404, {"detail": "no such route"})
+                return self._error(404, "no such route")
 
             def _events(self, body: dict[str, Any]) -> None:
                 key = (body["logger"], body["batch"])
@@ -87,7 +100,7 @@ class FakeServer:
                     fail = owner.failures > 0
                     owner.failures -= 1 if fail else 0
                     if fail and owner.mode == "503":
-                        return self._answer(503, {"detail": "busy"})
+                        return self._error(503, "busy")
                     if fail and owner.mode == "drop":
                         self.close_connection = True
                         return None
@@ -100,6 +113,10 @@ class FakeServer:
                     return None
                 return self._answer(202, {"accepted": len(body["records"]) if fresh else 0})
 
+            def _error(self, status: int, message: str) -> None:
+                error = {"status": status, "code": "x", "message": message, "details": []}
+                return self._answer(status, {"error": error})
+
             def _answer(self, status: int, doc: dict[str, Any]) -> None:
                 raw = json.dumps(doc).encode()
                 self.send_response(status)
@@ -109,6 +126,11 @@ class FakeServer:
                 self.wfile.write(raw)
 
         return Handler
+
+
+@pytest.fixture(autouse=True)
+def _no_token_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RUNWATCH_TOKEN", raising=False)
 
 
 @pytest.fixture
@@ -274,11 +296,48 @@ def test_bad_token_is_not_retried_and_disk_stays_complete(tmp_path: Path) -> Non
                 log.metrics(step, loss=1.0)
         status = log.stream_status
         assert status is not None and status.last_error is not None
-        assert "401" in status.last_error
+        assert status.last_error.startswith("HTTP 401 from /api/v1/runs")
+        assert status.last_error.endswith(": invalid or revoked token")  # the server's message
         assert status.rejected == 51 and status.sent == 0
         assert len(server.auth) == 6  # one refused request per batch, no retries
         assert server.records == []
         assert len(lines(tmp_path / "metrics.jsonl")) == 50
+    finally:
+        server.stop()
+
+
+def test_token_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("RUNWATCH_TOKEN", "rwt_from_env")
+    server = FakeServer(token="rwt_from_env")
+    try:
+        with RunLogger(tmp_path, server=server.url, stream_options=FAST) as log:
+            log.metrics(1, loss=1.0)
+        assert set(server.auth) == {"Bearer rwt_from_env"}
+        assert [r["data"]["step"] for r in server.records if r["file"] == "metrics"] == [1]
+        explicit = StreamClient(server.url, project="p", name="n", token="given", logger_id="x")
+        assert explicit.token == "given"  # a token passed in wins over the environment
+        explicit.close(timeout=0.1)
+    finally:
+        server.stop()
+
+
+def test_other_project_refused_with_403_is_not_retried(tmp_path: Path) -> None:
+    server = FakeServer(token="t", project="mine")
+    try:
+        options = {**FAST, "batch_size": 10, "interval": 5.0}
+        with RunLogger(
+            tmp_path, server=server.url, token="t", project="theirs", stream_options=options
+        ) as log:
+            for step in range(1, 21):
+                log.metrics(step, loss=1.0)
+        status = log.stream_status
+        assert status is not None and status.last_error is not None
+        assert status.last_error == (
+            "HTTP 403 from /api/v1/runs: this token does not reach project 'theirs'"
+        )
+        assert status.rejected == 21 and status.sent == 0
+        assert len(server.auth) == 3  # one refused run creation per batch
+        assert len(lines(tmp_path / "metrics.jsonl")) == 20
     finally:
         server.stop()
 
