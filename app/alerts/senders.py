@@ -6,6 +6,7 @@ target by scheme and host only, never a secret, a webhook path or a password.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import hmac
 import json
@@ -22,6 +23,21 @@ from app.alerts.message import Message, slack_body, webhook_body
 from app.alerts.policy import TargetPolicy, TargetRefused, redact
 
 log = logging.getLogger(__name__)
+_sending = contextvars.ContextVar("runwatch_alert_sending", default=False)
+
+
+class _HideAlertURLs(logging.Filter):
+    """httpx logs every request's full URL at INFO; an alert URL's path is a secret."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _sending.get() and isinstance(record.args, tuple):
+            record.args = tuple(
+                redact(str(arg)) if isinstance(arg, httpx.URL) else arg for arg in record.args
+            )
+        return True
+
+
+logging.getLogger("httpx").addFilter(_HideAlertURLs())
 
 WEBHOOK, SLACK, EMAIL = "webhook", "slack", "email"
 KINDS = (WEBHOOK, SLACK, EMAIL)
@@ -108,6 +124,7 @@ def post_json(url: str | None, body: bytes, headers: dict[str, str], options: Se
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
     }
+    token = _sending.set(True)
     try:
         with httpx.Client(
             timeout=options.timeout_s, follow_redirects=False, trust_env=False
@@ -116,7 +133,9 @@ def post_json(url: str | None, body: bytes, headers: dict[str, str], options: Se
                 target.pinned_url, content=body, headers=request_headers, extensions=extensions
             )
     except httpx.HTTPError as exc:
-        raise DeliveryError(f"{shown}: {type(exc).__name__}: {_scrub(str(exc), url)}") from None
+        raise DeliveryError(f"{shown}: {type(exc).__name__}: {_scrub(str(exc), url, target.pinned_url)}") from None
+    finally:
+        _sending.reset(token)
     if response.is_redirect:
         raise DeliveryError(
             f"{shown} answered HTTP {response.status_code} (redirects are not followed)"
@@ -127,8 +146,10 @@ def post_json(url: str | None, body: bytes, headers: dict[str, str], options: Se
     log.info("alert delivered to %s (HTTP %s)", shown, response.status_code)
 
 
-def _scrub(text: str, url: str) -> str:
-    return text.replace(url, redact(url)) if url else text
+def _scrub(text: str, *urls: str) -> str:
+    for url in urls:
+        text = text.replace(url, redact(url))
+    return text
 
 
 def send_email(
