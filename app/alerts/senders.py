@@ -133,7 +133,8 @@ def post_json(url: str | None, body: bytes, headers: dict[str, str], options: Se
                 target.pinned_url, content=body, headers=request_headers, extensions=extensions
             )
     except httpx.HTTPError as exc:
-        raise DeliveryError(f"{shown}: {type(exc).__name__}: {_scrub(str(exc), url, target.pinned_url)}") from None
+        detail = _scrub(str(exc), url, target.pinned_url)
+        raise DeliveryError(f"{shown}: {type(exc).__name__}: {detail}") from None
     finally:
         _sending.reset(token)
     if response.is_redirect:

@@ -73,7 +73,12 @@ def test_webhook_and_slack_bodies() -> None:
     assert body["event"] == "alert" and body["delivery_id"] == 12
     assert body["alert"]["kind"] == "resume_data_drift"
     assert body["alert"]["resume_from_step"] == 300 and body["alert"]["revision"] == 1
-    assert body["run"] == {"id": 7, "project": "llm", "name": "resumed-7b", "url": "http://h/runs/7"}
+    assert body["run"] == {
+        "id": 7,
+        "project": "llm",
+        "name": "resumed-7b",
+        "url": "http://h/runs/7",
+    }
     slack = slack_body(message)
     assert slack["text"].startswith(message.title) and "http://h/runs/7" in slack["text"]
     assert slack["blocks"][0]["text"]["type"] == "mrkdwn"

@@ -124,5 +124,5 @@ def test_email_errors() -> None:
         send(channel, message, delivery_id=1, options=LOOPBACK)
     assert unset.value.permanent
     closed = SendOptions(TargetPolicy(), SmtpConfig(host="127.0.0.1", port=9), timeout_s=2)
-    with pytest.raises(DeliveryError, match="SMTP 127.0.0.1:9"):
+    with pytest.raises(DeliveryError, match=r"SMTP 127\.0\.0\.1:9"):
         send(channel, message, delivery_id=1, options=closed)
