@@ -10,7 +10,18 @@ from app import __version__
 from app.api import errors
 from app.api.deps import SessionDep
 from app.api.intake import Intake
-from app.api.routes import checkpoints, coverage, findings, ingest, jobs, live, nodes, runs, tags
+from app.api.routes import (
+    alerts,
+    checkpoints,
+    coverage,
+    findings,
+    ingest,
+    jobs,
+    live,
+    nodes,
+    runs,
+    tags,
+)
 
 
 def create_app(mount_dashboard: bool = True) -> FastAPI:
@@ -31,6 +42,7 @@ def create_app(mount_dashboard: bool = True) -> FastAPI:
     api.include_router(findings.router)
     api.include_router(live.router)
     api.include_router(nodes.router)
+    api.include_router(alerts.router)
 
     @api.get("/api/v1/health", tags=["health"])
     def health(session: SessionDep) -> dict[str, str]:
