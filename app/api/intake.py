@@ -47,15 +47,15 @@ class Intake:
         api: FastAPI = scope["app"]
         upload = route_path(scope) in UPLOADS
         limit = app_settings(api).max_upload_bytes if upload else MAX_BODY_BYTES
-        declared = Headers(scope=scope).get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            await TooLarge(limit).response()(scope, receive, send)
-            return
         if upload:
             refusal = await run_in_threadpool(_refuse_uploader, api, Request(scope))
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            await TooLarge(limit).response()(scope, receive, send)
+            return
 
         received = 0
         started = False
