@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from app.commands.alerts import alerts_cli
 from app.commands.tokens import announce_local_admin, tokens_cli
 from app.config import Settings, get_settings
 
@@ -27,6 +28,7 @@ cli.add_typer(db_cli, name="db")
 nodes_cli = typer.Typer(help="Nodes that GPU telemetry is pulled from.", no_args_is_help=True)
 cli.add_typer(nodes_cli, name="nodes")
 cli.add_typer(tokens_cli, name="tokens")
+cli.add_typer(alerts_cli, name="alerts")
 
 
 def _err(message: str) -> None:
@@ -348,13 +350,17 @@ def findings(
 def analyze(
     run: Annotated[str, typer.Argument(help="Run id, project/name, or a unique name")],
 ) -> None:
-    """Run the analyzers on RUN again (e.g. after upgrading Runwatch)."""
+    """Run the analyzers on RUN again (e.g. after upgrading Runwatch); new findings alert."""
+    from app.services import alerts as alert_service
     from app.services import analysis as analysis_service
+    from workers.tasks import enqueue_deliveries
 
     session, found = _open_run(run, analyze_if_needed=False)
     with session:
         report = analysis_service.analyze(session=session, run_id=found.id)
+        deliveries = alert_service.evaluate(session=session, run_id=found.id)
         session.commit()
+        enqueue_deliveries(deliveries)
         typer.echo(f"run {found.id}: verdict {report.verdict}, {len(report.findings)} finding(s)")
 
 
