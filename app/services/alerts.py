@@ -75,6 +75,8 @@ def evaluate(*, session: Session, run_id: int, now: datetime | None = None) -> l
         )
     )
     alerts = {a.key: a for a in session.scalars(select(Alert).where(Alert.run_id == run_id))}
+    if not rules and not alerts:
+        return []
     findings = strongest_per_key(
         session.scalars(
             select(Finding).where(Finding.run_id == run_id).order_by(Finding.step, Finding.id)
