@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,9 +15,11 @@ from sqlalchemy import Engine, delete, func, select, update
 
 from app.config import Settings
 from app.db import session_scope
-from app.models import Alert, AlertDelivery, Finding, Project, Run
+from app.models import Alert, AlertDelivery, Finding, IngestJob, Project, Run
 from app.services import alert_delivery
 from app.services import alerts as alert_service
+from app.services import ingest as ingest_service
+from app.services.sources import store_path
 from tests.alerts.receivers import http_receiver
 
 
@@ -307,3 +310,48 @@ def test_sweep_requeues_lost_and_stuck_deliveries(engine: Engine, run_id: int) -
         )
         total = session.scalar(select(func.count()).select_from(AlertDelivery))
         assert total == 2
+
+
+def test_ingest_hands_committed_deliveries_over_and_survives_an_alert_bug(
+    engine: Engine, fast: Settings, example_runs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with session_scope(engine) as session:
+        channel = alert_service.create_channel(
+            session=session, name="hook", kind="webhook", url="https://hooks.example.com/x"
+        )
+        alert_service.create_rule(session=session, project="ingested", channel=channel)
+    handed: list[list[int]] = []
+
+    def on_alerts(ids: list[int]) -> None:  # what the task does: enqueue, after the commit
+        with session_scope(engine) as other:
+            visible = other.scalars(select(AlertDelivery.id).where(AlertDelivery.id.in_(ids)))
+            assert sorted(visible) == sorted(ids)
+        handed.append(ids)
+
+    job = ingest_with(engine, fast, example_runs / "megatron_offset", "ingested", on_alerts)
+    assert job.state == "succeeded" and len(handed) == 1 and len(handed[0]) == 1
+    (alert,) = alerts(engine)
+    assert alert.key == "resume_data_drift:300" and alert.severity == "critical"
+
+    def broken(**kwargs: object) -> list[int]:
+        raise RuntimeError("alert bug")
+
+    monkeypatch.setattr(alert_service, "evaluate", broken)
+    job = ingest_with(engine, fast, example_runs / "megatron_offset", "other", on_alerts)
+    assert job.state == "succeeded" and job.warnings == [] and len(handed) == 1
+    with session_scope(engine) as session:
+        run = session.get(Run, job.run_id)
+        assert run is not None and run.verdict == "fail"  # the analysis was kept
+
+
+def ingest_with(
+    engine: Engine, settings: Settings, path: Path, project: str, on_alerts: Callable[..., None]
+) -> IngestJob:
+    source = store_path(path, settings)
+    with session_scope(engine) as session:
+        job_id = ingest_service.submit(
+            session=session, source=source, project=project, run_name=source.default_run_name
+        ).id
+    return ingest_service.run_job(
+        engine=engine, settings=settings, job_id=job_id, on_alerts=on_alerts
+    )
