@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import redis
 
 from tests.conftest import REDIS_URL
-from tests.procs import runwatch_env
+from tests.procs import runwatch, runwatch_env
 
 
 @pytest.fixture
@@ -31,3 +32,11 @@ def service_env(
     if broker_url:
         settings["broker_url"] = broker_url
     return runwatch_env(**settings)
+
+
+@pytest.fixture
+def api_token(service_env: dict[str, str]) -> str:
+    """A write token reaching every project, made as an operator would: `runwatch tokens create`."""
+    made = runwatch("tokens", "create", "tests", "--scope", "write", "--json", env=service_env)
+    assert made.returncode == 0, made.stderr
+    return str(json.loads(made.stdout)["token"])

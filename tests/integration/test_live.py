@@ -42,7 +42,7 @@ def stream_records(run_dir: Path) -> list[tuple[float, dict[str, Any]]]:
 
 
 def test_streamed_run_is_flagged_soon_after_a_bad_resume(
-    service_env: dict[str, str], example_runs: Path, tmp_path: Path
+    service_env: dict[str, str], api_token: str, example_runs: Path, tmp_path: Path
 ) -> None:
     records = [r for _, r in stream_records(example_runs / "megatron_offset")]
     port = free_port()
@@ -55,10 +55,13 @@ def test_streamed_run_is_flagged_soon_after_a_bad_resume(
     ):
         wait_for_log(tmp_path / "w.log", "ready", worker)
         wait_http(f"{base}/api/v1/health", api, tmp_path / "s.log")
-        created = httpx.post(f"{base}/api/v1/runs", json={"project": "live", "name": "mo"})
+        anonymous = httpx.post(f"{base}/api/v1/runs", json={"project": "live", "name": "mo"})
+        assert anonymous.status_code == 401, anonymous.text
+        client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {api_token}"})
+        created = client.post("/api/v1/runs", json={"project": "live", "name": "mo"})
         assert created.status_code == 201, created.text
         run_id = created.json()["id"]
-        again = httpx.post(f"{base}/api/v1/runs", json={"project": "live", "name": "mo"})
+        again = client.post("/api/v1/runs", json={"project": "live", "name": "mo"})
         assert again.status_code == 200 and again.json()["id"] == run_id
 
         logger = uuid.uuid4().hex
@@ -72,35 +75,35 @@ def test_streamed_run_is_flagged_soon_after_a_bad_resume(
         for start in range(0, len(streamed), 150):
             batch += 1
             body = {"logger": logger, "batch": batch, "records": streamed[start : start + 150]}
-            answer = httpx.post(f"{base}/api/v1/runs/{run_id}/events", json=body)
+            answer = client.post(f"/api/v1/runs/{run_id}/events", json=body)
             assert answer.status_code == 202 and answer.json()["duplicate"] is False
             if batch == 1:  # a retried batch is acknowledged and not applied twice
-                retry = httpx.post(f"{base}/api/v1/runs/{run_id}/events", json=body)
+                retry = client.post(f"/api/v1/runs/{run_id}/events", json=body)
                 assert retry.json() == {"accepted": 0, "duplicate": True}
 
-        verdict = _wait_for(base, run_id, lambda v: v["verdict"] == "fail", timeout=60)
+        verdict = _wait_for(client, run_id, lambda v: v["verdict"] == "fail", timeout=60)
         (suspect,) = verdict["suspect_resumes"]
         assert suspect["resume_from_step"] == 300
         assert suspect["findings"][0]["kind"] == "resume_data_drift"
-        detail = httpx.get(f"{base}/api/v1/runs/{run_id}").json()
+        detail = client.get(f"/api/v1/runs/{run_id}").json()
         assert detail["status"] == "running" and detail["last_step"] == 500
 
-        bad = httpx.post(
-            f"{base}/api/v1/runs/{run_id}/events",
+        bad = client.post(
+            f"/api/v1/runs/{run_id}/events",
             json={"logger": logger, "batch": batch + 1, "records": [{"file": "../../etc"}]},
         )
         assert bad.status_code == 422 and "unknown file" in bad.text
-        missing = httpx.post(
-            f"{base}/api/v1/runs/999999/events", json={"logger": "x", "batch": 1, "records": []}
+        missing = client.post(
+            "/api/v1/runs/999999/events", json={"logger": "x", "batch": 1, "records": []}
         )
         assert missing.status_code == 404
 
 
-def _wait_for(base: str, run_id: int, done: Any, timeout: float) -> dict[str, Any]:
+def _wait_for(client: httpx.Client, run_id: int, done: Any, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     verdict: dict[str, Any] = {}
     while time.monotonic() < deadline:
-        verdict = httpx.get(f"{base}/api/v1/runs/{run_id}/verdict").json()
+        verdict = client.get(f"/api/v1/runs/{run_id}/verdict").json()
         if done(verdict):
             return verdict
         time.sleep(0.5)

@@ -5,6 +5,7 @@ that of the run directory on disk, and the resume checks out."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -21,7 +22,8 @@ pytestmark = pytest.mark.integration
 SCRIPT = Path(__file__).parents[1] / "tracking" / "train_script.py"
 
 
-def _train(run_dir: Path, base: str, *extra: str) -> subprocess.Popen[bytes]:
+def _train(run_dir: Path, base: str, token: str, *extra: str) -> subprocess.Popen[bytes]:
+    """The training script streams with the token from RUNWATCH_TOKEN (it passes none)."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -44,11 +46,12 @@ def _train(run_dir: Path, base: str, *extra: str) -> subprocess.Popen[bytes]:
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        env={**os.environ, "RUNWATCH_TOKEN": token},
     )
 
 
 def test_killed_and_resumed_training_streamed_through_an_outage(
-    service_env: dict[str, str], tmp_path: Path
+    service_env: dict[str, str], api_token: str, tmp_path: Path
 ) -> None:
     run_dir = tmp_path / "run"
     port = free_port()
@@ -58,20 +61,20 @@ def test_killed_and_resumed_training_streamed_through_an_outage(
         wait_for_log(tmp_path / "w.log", "ready", worker)
         with background(serve, service_env, tmp_path / "s1.log") as api:
             wait_http(f"{base}/api/v1/health", api, tmp_path / "s1.log")
-            first = _train(run_dir, base, "--kill-at", "47")
+            first = _train(run_dir, base, api_token, "--kill-at", "47")
             assert first.wait(timeout=120) == -9  # it killed itself after step 47
         # the server is down while the resumed process starts and trains
-        second = _train(run_dir, base, "--resume", "latest")
+        second = _train(run_dir, base, api_token, "--resume", "latest")
         _wait_until(lambda: _starts(run_dir) == 2, timeout=60)
         time.sleep(1.0)
         with background(serve, service_env, tmp_path / "s2.log") as api:  # and back
             wait_http(f"{base}/api/v1/health", api, tmp_path / "s2.log")
             assert second.wait(timeout=120) == 0, second.stderr.read() if second.stderr else ""
-            run_id = httpx.get(f"{base}/api/v1/runs", params={"project": "e2e"}).json()["items"][0][
-                "id"
-            ]
+            client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {api_token}"})
+            page = client.get("/api/v1/runs", params={"project": "e2e"}).json()
+            run_id = page["items"][0]["id"]
             detail = _wait_until(
-                lambda: _finished(base, run_id), timeout=90, what="the streamed run to finish"
+                lambda: _finished(client, run_id), timeout=90, what="the streamed run to finish"
             )
     assert [s["start_step"] for s in detail["segments"]] == [0, 40]
     assert detail["segments"][1]["restored"] == [
@@ -103,11 +106,11 @@ def _starts(run_dir: Path) -> int:
     return events.read_text().count('"process_start"')
 
 
-def _finished(base: str, run_id: int) -> dict[str, Any] | None:
-    detail = httpx.get(f"{base}/api/v1/runs/{run_id}").json()
+def _finished(client: httpx.Client, run_id: int) -> dict[str, Any] | None:
+    detail = client.get(f"/api/v1/runs/{run_id}").json()
     if detail["status"] != "finished" or detail["verdict"] is None:
         return None
-    findings = httpx.get(f"{base}/api/v1/runs/{run_id}/findings").json()["findings"]
+    findings = client.get(f"/api/v1/runs/{run_id}/findings").json()["findings"]
     return {**detail, "findings": findings}
 
 

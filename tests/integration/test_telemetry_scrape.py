@@ -62,7 +62,10 @@ def exporter() -> Iterator[tuple[str, list[float]]]:
 
 
 def test_scrapes_on_schedule_with_failures_recorded(
-    service_env: dict[str, str], exporter: tuple[str, list[float]], tmp_path: Path
+    service_env: dict[str, str],
+    api_token: str,
+    exporter: tuple[str, list[float]],
+    tmp_path: Path,
 ) -> None:
     exporter_url, hits = exporter
     agent_port, api_port = free_port(), free_port()
@@ -81,26 +84,25 @@ def test_scrapes_on_schedule_with_failures_recorded(
         wait_for_log(tmp_path / "w.log", "ready", worker)
         wait_http(f"http://127.0.0.1:{agent_port}/healthz", agent, tmp_path / "a.log")
         wait_http(f"{base}/api/v1/health", api, tmp_path / "s.log")
+        client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {api_token}"})
         ids = {}
         for name, kind, url in [
             ("gpu-node-1", "dcgm", exporter_url),
             ("agent-node", "agent", f"http://127.0.0.1:{agent_port}/metrics"),
             ("dead-node", "dcgm", f"http://127.0.0.1:{free_port()}/metrics"),
         ]:
-            answer = httpx.post(
-                f"{base}/api/v1/nodes",
+            answer = client.post(
+                "/api/v1/nodes",
                 json={"name": name, "kind": kind, "url": url, "interval_s": 1, "timeout_s": 1},
             )
             assert answer.status_code == 201, answer.text
             ids[name] = answer.json()["id"]
-        duplicate = httpx.post(
-            f"{base}/api/v1/nodes", json={"name": "gpu-node-1", "url": exporter_url}
-        )
+        duplicate = client.post("/api/v1/nodes", json={"name": "gpu-node-1", "url": exporter_url})
         assert duplicate.status_code == 409
 
         nodes = _wait(
             lambda: _nodes_when(
-                base,
+                client,
                 lambda n: (
                     len(hits) >= 3
                     and n["dead-node"]["failures"] >= 2
@@ -117,8 +119,8 @@ def test_scrapes_on_schedule_with_failures_recorded(
         first, last = min(hits), max(hits)
         assert (len(hits) - 1) / max(last - first, 1e-9) < 2.5  # about once a second, not more
 
-        power = httpx.get(
-            f"{base}/api/v1/nodes/{ids['gpu-node-1']}/telemetry",
+        power = client.get(
+            f"/api/v1/nodes/{ids['gpu-node-1']}/telemetry",
             params={"metric": "power", "from": time.time() - 600},
         ).json()
         by_gpu = {s["gpu"]: s for s in power["series"]}
@@ -128,24 +130,23 @@ def test_scrapes_on_schedule_with_failures_recorded(
         }
         assert by_gpu["GPU-0a"]["labels"]["pod"] == "trainer-0"
         assert by_gpu["GPU-0a"]["num_points"] >= 2
-        temp = httpx.get(
-            f"{base}/api/v1/nodes/{ids['gpu-node-1']}/telemetry", params={"metric": "temp"}
+        temp = client.get(
+            f"/api/v1/nodes/{ids['gpu-node-1']}/telemetry", params={"metric": "temp"}
         ).json()
         blank = {s["gpu"]: s["values"] for s in temp["series"]}
         assert set(blank["GPU-0a"]) == {64.0} and set(blank["GPU-1b"]) == {None}  # never 0
 
-        off = httpx.patch(f"{base}/api/v1/nodes/{ids['dead-node']}", json={"enabled": False})
+        dead = f"/api/v1/nodes/{ids['dead-node']}"
+        off = client.patch(dead, json={"enabled": False})
         assert off.status_code == 200 and off.json()["enabled"] is False
-        assert (
-            httpx.patch(f"{base}/api/v1/nodes/{ids['dead-node']}", json={"kind": "ftp"}).status_code
-            == 422
-        )
-        assert httpx.delete(f"{base}/api/v1/nodes/{ids['dead-node']}").status_code == 204
-        assert httpx.get(f"{base}/api/v1/nodes/{ids['dead-node']}").status_code == 404
+        assert client.patch(dead, json={"kind": "ftp"}).status_code == 422
+        assert httpx.delete(base + dead).status_code == 401  # writes need a token
+        assert client.delete(dead).status_code == 204
+        assert client.get(dead).status_code == 404
 
 
-def _nodes_when(base: str, ready: Any) -> dict[str, Any] | None:
-    nodes = {n["name"]: n for n in httpx.get(f"{base}/api/v1/nodes").json()}
+def _nodes_when(client: httpx.Client, ready: Any) -> dict[str, Any] | None:
+    nodes = {n["name"]: n for n in client.get("/api/v1/nodes").json()}
     return nodes if len(nodes) == 3 and ready(nodes) else None
 
 
