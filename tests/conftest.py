@@ -66,7 +66,7 @@ def _migrated_pg(pg_database_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
-def _empty_tables(engine: Engine) -> None:
+def empty_tables(engine: Engine) -> None:
     tables = list(reversed(Base.metadata.sorted_tables))
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
@@ -98,7 +98,7 @@ def engine(database_url: str) -> Iterator[Engine]:
     if engine.dialect.name == "sqlite":
         migrate.upgrade(engine)
     else:
-        _empty_tables(engine)
+        empty_tables(engine)
     yield engine
     engine.dispose()
 

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,14 @@ def install(api: FastAPI) -> None:
     async def database_down(request: Request, exc: OperationalError) -> JSONResponse:
         log.warning("database unavailable: %s", type(exc.orig).__name__)
         return error_response(503, "database unavailable", headers={"Retry-After": "5"})
+
+    @api.exception_handler(OverflowError)
+    async def number_too_large(request: Request, exc: OverflowError) -> JSONResponse:
+        return error_response(422, "a number in the request is out of range")
+
+    @api.exception_handler(DataError)
+    async def data_out_of_range(request: Request, exc: DataError) -> JSONResponse:
+        return error_response(422, "a value in the request is out of range for the database")
 
     @api.exception_handler(DBAPIError)
     async def database_error(request: Request, exc: DBAPIError) -> JSONResponse:
