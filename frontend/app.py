@@ -1,4 +1,4 @@
-"""The Dash app: runs, a run's page, compare, nodes. Mounted under the FastAPI app by
+"""The Dash app: runs, a run's page, compare, nodes, alerts. Mounted under the FastAPI app by
 ``app.api.main.create_app`` so ``runwatch serve`` serves API and dashboard on one port."""
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def create_dash() -> Dash:
                             dcc.Link("Runs", href="/"),
                             dcc.Link("Compare", href="/compare"),
                             dcc.Link("Nodes", href="/nodes"),
+                            dcc.Link("Alerts", href="/alerts"),
                             html.A("API", href="/docs"),
                         ]
                     ),
