@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,14 @@ def chromium_path() -> str:
     return path
 
 
+@dataclass(frozen=True)
+class Served:
+    base: str
+    token: str  # the embedded default's admin token, as `runwatch serve` announced it
+
+
 @pytest.fixture(scope="session")
-def served(tmp_path_factory: pytest.TempPathFactory, example_runs: Path) -> Iterator[str]:
+def served(tmp_path_factory: pytest.TempPathFactory, example_runs: Path) -> Iterator[Served]:
     """``runwatch serve`` (API + dashboard + embedded worker) with example runs ingested."""
     home = tmp_path_factory.mktemp("dash") / "home"
     env = runwatch_env(home=str(home))
@@ -63,7 +70,9 @@ def served(tmp_path_factory: pytest.TempPathFactory, example_runs: Path) -> Iter
     with background(["serve", "--port", str(port)], env, log) as proc:
         base = f"http://127.0.0.1:{port}"
         wait_http(f"{base}/api/v1/health", proc, log)
-        yield base
+        token = (home / "admin-token").read_text().strip()
+        assert f"Admin token in {home / 'admin-token'}" in log.read_text()
+        yield Served(base, token)
 
 
 @pytest.fixture(scope="session")
@@ -77,9 +86,12 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    """A page that records console errors and failed requests; tests assert there were none."""
+def page(browser: Browser, served: Served) -> Iterator[Page]:
+    """A logged-in page (through ``/login?token=``, as the link ``runwatch serve`` prints) that
+    records console errors and failed requests; tests assert there were none."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    login = context.request.get(f"{served.base}/login?token={served.token}", max_redirects=0)
+    assert login.status == 303, login.text()
     tab = context.new_page()
     problems: list[str] = []
     tab.on(

@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
-from tests.browser.conftest import ARTIFACTS, problems
+from tests.browser.conftest import ARTIFACTS, Served, problems
 
 pytestmark = pytest.mark.integration
 
@@ -28,8 +28,8 @@ def x_range(page: Page) -> list[float]:
     return page.eval_on_selector(FIGURE, "el => el._fullLayout.xaxis.range.slice()")
 
 
-def test_runs_page_lists_runs_and_links_to_them(served: str, page: Page) -> None:
-    page.goto(served + "/")
+def test_runs_page_lists_runs_and_links_to_them(served: Served, page: Page) -> None:
+    page.goto(served.base + "/")
     expect(page.get_by_role("heading", name="Runs")).to_be_visible()
     table = page.locator("#runs-table")
     expect(table.get_by_role("link", name="megatron_offset")).to_be_visible()
@@ -42,8 +42,10 @@ def test_runs_page_lists_runs_and_links_to_them(served: str, page: Page) -> None
     assert problems(page) == []
 
 
-def test_megatron_offset_page_shows_heatmap_and_finding_and_zooms(served: str, page: Page) -> None:
-    page.goto(served + "/")
+def test_megatron_offset_page_shows_heatmap_and_finding_and_zooms(
+    served: Served, page: Page
+) -> None:
+    page.goto(served.base + "/")
     page.locator("#runs-table").get_by_role("link", name="megatron_offset").click()
     expect(page.locator("#run-name")).to_have_text("megatron_offset")
     page.wait_for_selector(FIGURE)
@@ -70,8 +72,8 @@ def test_megatron_offset_page_shows_heatmap_and_finding_and_zooms(served: str, p
     assert problems(page) == []
 
 
-def test_stall_on_save_page_screenshot(served: str, page: Page) -> None:
-    page.goto(served + "/")
+def test_stall_on_save_page_screenshot(served: Served, page: Page) -> None:
+    page.goto(served.base + "/")
     page.locator("#runs-table").get_by_role("link", name="stall_on_save").click()
     expect(page.locator(".finding-checkpoint_loss_spike").first).to_be_visible()
     page.wait_for_selector(FIGURE)
@@ -79,11 +81,15 @@ def test_stall_on_save_page_screenshot(served: str, page: Page) -> None:
     assert problems(page) == []
 
 
-def test_compare_two_runs_on_one_axis(served: str, page: Page) -> None:
-    runs = httpx.get(f"{served}/api/v1/runs", params={"project": "examples"}).json()["items"]
+def test_compare_two_runs_on_one_axis(served: Served, page: Page) -> None:
+    runs = httpx.get(
+        f"{served.base}/api/v1/runs",
+        params={"project": "examples"},
+        headers={"Authorization": f"Bearer {served.token}"},
+    ).json()["items"]
     ids = {r["name"]: r["id"] for r in runs}
     chosen = f"{ids['megatron_offset']},{ids['exact_resume']}"
-    page.goto(f"{served}/compare?runs={chosen}")  # a shareable link to a comparison
+    page.goto(f"{served.base}/compare?runs={chosen}")  # a shareable link to a comparison
     expect(page.locator("#compare-runs")).to_contain_text("examples/megatron_offset")
     page.wait_for_function(
         "() => { const g = document.querySelector('#compare-figure .js-plotly-plot');"
@@ -103,8 +109,8 @@ def test_compare_two_runs_on_one_axis(served: str, page: Page) -> None:
     assert problems(page) == []
 
 
-def test_a_hostile_run_name_renders_as_text(served: str, page: Page) -> None:
-    page.goto(served + "/")
+def test_a_hostile_run_name_renders_as_text(served: Served, page: Page) -> None:
+    page.goto(served.base + "/")
     link = page.locator("#runs-table").get_by_role("link", name="<img src=x onerror=alert(1)>")
     expect(link).to_be_visible()
     assert page.locator("#runs-table img").count() == 0
@@ -115,7 +121,28 @@ def test_a_hostile_run_name_renders_as_text(served: str, page: Page) -> None:
     assert problems(page) == []  # no alert dialog, no script error
 
 
-def test_nodes_page_without_nodes(served: str, page: Page) -> None:
-    page.goto(served + "/nodes")
+def test_nodes_page_without_nodes(served: Served, page: Page) -> None:
+    page.goto(served.base + "/nodes")
     expect(page.get_by_text("No nodes yet")).to_be_visible()
     assert problems(page) == []
+
+
+def test_logging_in_through_the_form(served: Served, browser: Browser) -> None:
+    context = browser.new_context()
+    try:
+        tab = context.new_page()
+        tab.goto(served.base + "/compare")  # not logged in: the login form, then back here
+        expect(tab.get_by_label("API token")).to_be_visible()
+        tab.get_by_label("API token").fill("rwt_not-a-token")
+        tab.get_by_role("button", name="Log in").click()
+        expect(tab.get_by_role("alert")).to_contain_text("not valid")
+        tab.get_by_label("API token").fill(served.token)
+        tab.get_by_role("button", name="Log in").click()
+        expect(tab.get_by_role("heading", name="Compare runs")).to_be_visible()
+        assert tab.url == served.base + "/compare"
+        cookie = next(c for c in context.cookies() if c["name"] == "runwatch_token")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Lax"
+        tab.goto(served.base + "/logout")
+        expect(tab.get_by_label("API token")).to_be_visible()
+    finally:
+        context.close()
