@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from app.config import Settings
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 tokens_cli = typer.Typer(
     help="API tokens: create (the secret is shown once), list, revoke.", no_args_is_help=True
@@ -141,13 +144,15 @@ def _when(value: str | None) -> str:
     return value[:16].replace("T", " ") if value else "-"
 
 
-def announce_local_admin(settings: Settings, host: str, port: int) -> None:
+def announce_local_admin(
+    settings: Settings, host: str, port: int, engine: Engine | None = None
+) -> None:
     """On the embedded database (SQLite), make sure the local admin token exists and print
     where it is with a login link. Other databases get tokens from ``runwatch tokens create``."""
     from app.db import get_engine, session_scope
     from app.services.tokens import ensure_local_admin_token
 
-    engine = get_engine()
+    engine = engine or get_engine()
     if engine.dialect.name != "sqlite":
         return
     with session_scope(engine) as session:

@@ -7,11 +7,14 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
 from sqlalchemy import Engine, select
 
+from app.commands.tokens import announce_local_admin
+from app.config import Settings
 from app.db import session_scope
 from app.models import ApiToken, Base
-from app.services.tokens import authenticate
+from app.services.tokens import authenticate, revoke
 from tests.procs import runwatch, runwatch_env
 
 
@@ -98,3 +101,25 @@ def _assert_only_digests(engine: Engine, secrets: list[str]) -> None:
         for path in Path(url.database).parent.glob(Path(url.database).name + "*"):
             raw = path.read_bytes()
             assert not any(secret[4:].encode() in raw for secret in secrets), path
+
+
+def test_only_the_embedded_database_gets_a_local_admin_token(
+    settings: Settings, engine: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    announce_local_admin(settings, "0.0.0.0", 8765, engine)
+    path = settings.admin_token_path
+    if engine.dialect.name != "sqlite":  # PostgreSQL: tokens come from `runwatch tokens create`
+        assert not path.exists() and capsys.readouterr().out == ""
+        return
+    secret = path.read_text().strip()
+    assert path.stat().st_mode & 0o777 == 0o600
+    link = f"http://127.0.0.1:8765/login?token={secret}"
+    assert capsys.readouterr().out == f"Admin token in {path} - dashboard: {link}\n"
+    announce_local_admin(settings, "127.0.0.1", 8765, engine)  # kept while it is valid
+    assert path.read_text().strip() == secret
+    with session_scope(engine) as session:
+        token = authenticate(session=session, secret=secret)
+        assert token is not None and token.scope == "admin"
+        revoke(session=session, token_id=token.id)
+    announce_local_admin(settings, "127.0.0.1", 8765, engine)  # revoked: replaced
+    assert path.read_text().strip() != secret
