@@ -11,7 +11,7 @@ from sqlalchemy import select
 from app.models import Project, Run
 from app.services.dashboard import run_view
 from frontend import figures
-from frontend.data import reading
+from frontend.data import reading, visible, visible_project
 
 dash.register_page(__name__, path="/compare", title="Runwatch - compare", name="Compare")
 
@@ -19,13 +19,12 @@ MAX_OPTIONS = 2000
 
 
 def layout(runs: str | None = None, **_: Any) -> html.Div:
+    query = select(Run.id, Run.name, Project.name).join(Project, Run.project_id == Project.id)
+    scoped = visible_project()
+    if scoped is not None:
+        query = query.where(Project.name == scoped)
     with reading() as session:
-        rows = session.execute(
-            select(Run.id, Run.name, Project.name)
-            .join(Project, Run.project_id == Project.id)
-            .order_by(Run.updated_at.desc())
-            .limit(MAX_OPTIONS)
-        ).all()
+        rows = session.execute(query.order_by(Run.updated_at.desc()).limit(MAX_OPTIONS)).all()
     options = [{"label": f"{project}/{name}", "value": run_id} for run_id, name, project in rows]
     chosen = [int(x) for x in (runs or "").split(",") if x.isdigit()]
     return html.Div(
@@ -69,7 +68,9 @@ def compare(run_ids: list[int] | None, metric: str) -> Any:
         views = [
             v
             for v in (
-                run_view(session=session, run_id=i, metrics=[metric], telemetry_metric=None)
+                visible(
+                    run_view(session=session, run_id=i, metrics=[metric], telemetry_metric=None)
+                )
                 for i in run_ids
             )
             if v is not None

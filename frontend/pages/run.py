@@ -20,7 +20,7 @@ from frontend.components import (
     table,
     verdict_badge,
 )
-from frontend.data import reading
+from frontend.data import reading, visible
 
 dash.register_page(__name__, path_template="/runs/<run_id>", title="Runwatch - run")
 
@@ -31,7 +31,7 @@ def layout(run_id: str | None = None, **_: Any) -> html.Div:
     if run_id is None or not run_id.isdigit():
         return html.Div([html.H1("No such run"), dcc.Link("All runs", href="/")])
     with reading() as session:
-        view = run_view(session=session, run_id=int(run_id), telemetry_metric=None)
+        view = visible(run_view(session=session, run_id=int(run_id), telemetry_metric=None))
     if view is None:
         return html.Div([html.H1(f"Run {run_id} not found"), dcc.Link("All runs", href="/")])
     run = view.run
@@ -88,7 +88,7 @@ def layout(run_id: str | None = None, **_: Any) -> html.Div:
 def details(run_id: int) -> Any:
     """The panels below the findings, drawn after the main figure so it shows first."""
     with reading() as session:
-        view = run_view(session=session, run_id=run_id, metrics=["loss"])
+        view = visible(run_view(session=session, run_id=run_id, metrics=["loss"]))
     if view is None:
         return html.P("This run is gone.", className="muted")
     return [
@@ -217,7 +217,9 @@ def _checkpoints(view: RunView) -> html.Table | html.P:
 def redraw(metrics: list[str] | None, coverage: list[str] | None, run_id: int) -> Any:
     chosen = list(metrics or [])
     with reading() as session:
-        view = run_view(session=session, run_id=run_id, metrics=chosen, telemetry_metric=None)
+        view = visible(
+            run_view(session=session, run_id=run_id, metrics=chosen, telemetry_metric=None)
+        )
     if view is None:
         return figures.empty_figure("This run is gone.")
     return figures.run_figure(view, chosen, show_coverage=bool(coverage))

@@ -9,7 +9,7 @@ from dash import Input, Output, State, callback, ctx, dcc, html
 
 from app.services import runs as run_service
 from frontend.components import fmt_step, table, verdict_badge
-from frontend.data import reading
+from frontend.data import reading, visible_project
 
 dash.register_page(__name__, path="/", title="Runwatch - runs", name="Runs")
 
@@ -23,8 +23,9 @@ SORTS = [
 
 
 def layout(**_: Any) -> html.Div:
+    scoped = visible_project()
     with reading() as session:
-        projects = run_service.projects(session=session)
+        projects = [scoped] if scoped else run_service.projects(session=session)
     return html.Div(
         [
             html.H1("Runs"),
@@ -107,7 +108,7 @@ def runs_table(
     sort: str | None,
 ) -> tuple[Any, str, bool, bool]:
     filters = run_service.RunFilter(
-        project=project,
+        project=visible_project() or project,
         status=status,
         search=search or None,
         limit=PAGE_SIZE,

@@ -1,18 +1,25 @@
 """The dashboard behind /login: without a valid cookie a page redirects to the login form and
-Dash's callbacks answer 401; a good token sets an HttpOnly cookie and the dashboard renders."""
+Dash's callbacks answer 401; a good token sets an HttpOnly cookie and the dashboard renders,
+showing a project-scoped token its project only."""
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import quote
 
+import flask
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
+import frontend.data
+from app.api.auth import Principal
+from app.api.dashboard import PRINCIPAL
 from app.config import Settings
 from app.db import session_scope
+from app.services.dashboard import run_view
 from app.services.tokens import authenticate, revoke
-from tests.api.access import Tokens, make_api
+from tests.api.access import Tokens, make_api, seed
 
 DASH_CALLBACK = "/_dash-update-component"
 
@@ -87,3 +94,57 @@ def test_public_reads_open_the_dashboard(engine: Engine, settings: Settings) -> 
     client = TestClient(make_api(engine, public, dashboard=True), follow_redirects=False)
     assert client.get("/").status_code == 200
     assert client.get("/_dash-layout").status_code == 200
+
+
+def _runs_table(client: TestClient, project: str | None) -> dict[str, Any]:
+    """Dash's callback for the runs table, as the browser sends it."""
+    outputs = [
+        ("runs-table", "children"),
+        ("runs-range", "children"),
+        ("runs-prev", "disabled"),
+        ("runs-next", "disabled"),
+    ]
+    inputs = [
+        ("runs-offset", "data", 0),
+        ("runs-search", "value", None),
+        ("runs-project", "value", project),
+        ("runs-verdict", "value", None),
+        ("runs-status", "value", None),
+        ("runs-sort", "value", "updated"),
+    ]
+    body = {
+        "output": ".." + "...".join(f"{i}.{p}" for i, p in outputs) + "..",
+        "outputs": [{"id": i, "property": p} for i, p in outputs],
+        "inputs": [{"id": i, "property": p, "value": v} for i, p, v in inputs],
+        "changedPropIds": [],
+        "state": [],
+    }
+    answer = client.post(DASH_CALLBACK, json=body)
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json()["response"])
+
+
+def test_a_project_token_sees_its_project_in_the_dashboard(
+    client: TestClient, tokens: Tokens, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(frontend.data, "get_engine", lambda: engine)
+    ids = seed(engine, "dash")
+    client.get("/login", params={"token": tokens.read_alpha})
+    for asked in (None, "beta"):  # asking for another project shows this one all the same
+        shown = _runs_table(client, asked)
+        assert shown["runs-range"]["children"] == "1-1 of 1"
+        assert "'alpha'" in repr(shown["runs-table"]) and "'beta'" not in repr(shown)
+
+    client.get("/login", params={"token": tokens.read_all})
+    assert _runs_table(client, None)["runs-range"]["children"] == "1-2 of 2"
+
+    with session_scope(engine) as session:
+        alpha = run_view(session=session, run_id=ids.run_id, telemetry_metric=None)
+        beta = run_view(session=session, run_id=ids.beta_run_id, telemetry_metric=None)
+    scoped = Principal(token_id=1, name="r", scope="read", project="alpha")
+    environ = {"asgi.scope": {PRINCIPAL: scoped}}
+    with flask.Flask(__name__).test_request_context(environ_base=environ):
+        assert frontend.data.visible_project() == "alpha"
+        assert frontend.data.visible(alpha) is alpha and frontend.data.visible(beta) is None
+    with flask.Flask(__name__).test_request_context(environ_base={"asgi.scope": {PRINCIPAL: None}}):
+        assert frontend.data.visible(beta) is beta  # public reads
