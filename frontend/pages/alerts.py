@@ -17,7 +17,7 @@ from app.models import Alert, AlertDelivery
 from app.services import alerts as alert_service
 from app.services.tokens import RANK, authenticate
 from frontend.components import fmt_step, severity_badge, table
-from frontend.data import reading
+from frontend.data import reading, visible_project
 
 dash.register_page(__name__, path="/alerts", title="Runwatch - alerts", name="Alerts")
 
@@ -54,7 +54,9 @@ def layout(**_: Any) -> html.Div:
     Input("alerts-severity", "value"),
 )
 def alerts_table(state: str | None, severity: str | None) -> Any:
-    filters = alert_service.AlertFilter(state=state, severity=severity, limit=PAGE_SIZE)
+    filters = alert_service.AlertFilter(
+        project=visible_project(), state=state, severity=severity, limit=PAGE_SIZE
+    )
     with reading() as session:
         rows, total = alert_service.list_alerts(session=session, filters=filters)
         ids = [row.alert.id for row in rows]
