@@ -5,14 +5,14 @@ from __future__ import annotations
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
 
 from app.ingest.aliases import AliasTable
 from app.ingest.errors import IngestError, Warnings
-from app.ingest.jsonl import iter_json_objects, parse_json
+from app.ingest.jsonl import iter_json_blocks, iter_json_objects, parse_json
 from app.ingest.source import SourceTree
 
 MAX_JSON_DOC_BYTES = 16 << 20
@@ -38,6 +38,14 @@ class ReadContext:
     def objects(self, path: str, stream: IO[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
         """``(line number, object)`` for each line of a JSON Lines file."""
         return iter_json_objects(
+            stream, path, self.warnings, max_line_bytes=self.max_line_bytes, on_bytes=self.on_bytes
+        )
+
+    def blocks(
+        self, path: str, stream: IO[bytes]
+    ) -> Iterator[tuple[Sequence[int], list[dict[str, Any]]]]:
+        """The same, a read block at a time: ``(line numbers, objects)``."""
+        return iter_json_blocks(
             stream, path, self.warnings, max_line_bytes=self.max_line_bytes, on_bytes=self.on_bytes
         )
 

@@ -23,6 +23,8 @@ from app.ingest.aliases import STEP_KEYS, TIME_KEYS
 from app.ingest.context import ReadContext
 from app.ingest.data_state import position_from_state
 from app.ingest.errors import IngestError
+from app.ingest.jsonl import gc_paused
+from app.ingest.metric_columns import STEP, TIME, MetricTableBuilder, as_step, as_time
 from app.ingest.records import (
     CheckpointRecord,
     ComponentRecord,
@@ -40,8 +42,6 @@ SAMPLE_ID_KEYS = ("sample_ids", "ids", "indices", "sample_indices")
 EVENT_KIND_KEYS = ("event", "type", "kind")
 MAX_DATA_STATE_BYTES = 1 << 20
 
-_STEP = "\x00step"
-_TIME = "\x00time"
 _STEP_SET = frozenset(STEP_KEYS)
 _TIME_SET = frozenset(TIME_KEYS)
 
@@ -124,88 +124,19 @@ class RunDirectoryReader:
         return self.ctx.objects(path, stream)
 
     def _read_metric_table(self, path: str, *, prefix: str | None) -> MetricTable:
-        steps: list[int] = []
-        times: list[float] = []
-        lines: list[int] = []
-        columns: dict[str, tuple[list[int], list[float]]] = {}
-        source_keys: dict[str, str] = {}
-        kinds: dict[str, str] = {}
-        row = 0
-        with self._open(path) as stream:
-            for lineno, obj in self._objects(path, stream):
-                step: int | None = None
-                when = math.nan
-                for key, value in _items(obj):
-                    canonical = kinds.get(key)
-                    if canonical is None:
-                        canonical = self._classify(key, prefix)
-                        kinds[key] = canonical
-                    if canonical is _STEP:
-                        step = _as_step(value, path, lineno, key)
-                        continue
-                    if canonical is _TIME:
-                        when = _as_time(value, path, lineno, key)
-                        continue
-                    kind = type(value)
-                    if kind is float or kind is int:
-                        column = columns.get(canonical)
-                        if column is None:
-                            column = columns[canonical] = ([], [])
-                            source_keys[canonical] = key
-                        elif column[0] and column[0][-1] == row:
-                            continue  # two aliases of one metric on one line: keep the first
-                        column[0].append(row)
-                        column[1].append(value)
-                    elif value is None:
-                        continue
-                    elif kind is str and canonical in NUMERIC_KEYS:
-                        raise IngestError(
-                            f"'{key}' must be a number, got the string {value[:40]!r}",
-                            file=path,
-                            line=lineno,
-                        )
-                    else:
-                        self.warnings.add(
-                            f"{path} line {lineno}: '{key}' is a {kind.__name__}, not a number;"
-                            " not stored",
-                            kind=f"{path}:{key}:type",
-                        )
-                if step is None:
-                    raise IngestError(
-                        f"no step field (expected one of: {', '.join(STEP_KEYS)})",
-                        file=path,
-                        line=lineno,
-                    )
-                steps.append(step)
-                times.append(when)
-                lines.append(lineno)
-                row += 1
-        table = MetricTable(
-            steps=np.asarray(steps, dtype=np.int64),
-            times=np.asarray(times, dtype=np.float64),
-            source_keys=source_keys,
+        builder = MetricTableBuilder(
+            path, lambda key: self._classify(key, prefix), self.warnings, NUMERIC_KEYS
         )
-        line_numbers = np.asarray(lines, dtype=np.int64)
-        for key, (rows, values) in columns.items():
-            array = _float_array(values, path, key)
-            row_index = np.asarray(rows, dtype=np.int64)
-            bad = ~np.isfinite(array)
-            if bad.any():
-                first = int(np.argmax(bad))
-                self.warnings.add(
-                    f"{path}: {int(bad.sum())} non-finite value(s) of '{source_keys[key]}' kept"
-                    f" (first at line {int(line_numbers[row_index[first]])}: {array[first]})"
-                )
-            table.columns[key] = (row_index, array)
-        if table.num_rows == 0:
-            raise IngestError("no metric rows", file=path)
-        return table
+        with self._open(path) as stream, gc_paused():
+            for linenos, objs in self.ctx.blocks(path, stream):
+                builder.add(linenos, objs)
+        return builder.finish()
 
     def _classify(self, key: str, prefix: str | None) -> str:
         if key in _STEP_SET:
-            return _STEP
+            return STEP
         if key in _TIME_SET:
-            return _TIME
+            return TIME
         if prefix is None:
             return self.aliases.canonical(key)
         bare = key[len("eval_") :] if key.startswith(("eval_", "eval/")) else key
@@ -220,7 +151,7 @@ class RunDirectoryReader:
                 step_key = next((k for k in STEP_KEYS if k in obj), None)
                 if step_key is None:
                     raise IngestError("no step field", file=path, line=lineno)
-                step = _as_step(obj[step_key], path, lineno, step_key)
+                step = as_step(obj[step_key], path, lineno, step_key)
                 ids_key = next((k for k in SAMPLE_ID_KEYS if k in obj), None)
                 if ids_key is None:
                     raise IngestError(
@@ -255,8 +186,8 @@ class RunDirectoryReader:
                 events.append(
                     EventRecord(
                         kind=kind,
-                        step=None if step is None else _as_step(step, path, lineno, "step"),
-                        time=None if when is None else _as_time(when, path, lineno, "time"),
+                        step=None if step is None else as_step(step, path, lineno, "step"),
+                        time=None if when is None else as_time(when, path, lineno, "time"),
                         payload=payload,
                         line=lineno,
                     )
@@ -332,40 +263,6 @@ def find_run_root(tree: SourceTree) -> str:
     return top[0].rsplit("/", 1)[0] if "/" in top[0] else ""
 
 
-def _items(obj: dict[str, Any]) -> Any:
-    """The object's items, with nested objects flattened to ``outer/inner`` keys."""
-    for value in obj.values():
-        if type(value) is dict:
-            return list(_flatten(obj))
-    return obj.items()
-
-
-def _flatten(obj: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    for key, value in obj.items():
-        if type(value) is dict:
-            yield from _flatten(value, f"{prefix}{key}/")
-        else:
-            yield (prefix + key if prefix else key), value
-
-
-def _as_step(value: Any, path: str, line: int, key: str) -> int:
-    if type(value) is float and value.is_integer():
-        value = int(value)
-    if type(value) is not int:
-        raise IngestError(f"'{key}' must be an integer, got {value!r:.40}", file=path, line=line)
-    if not 0 <= value < 2**62:
-        raise IngestError(f"'{key}' out of range: {value}", file=path, line=line)
-    return value
-
-
-def _as_time(value: Any, path: str, line: int, key: str) -> float:
-    if type(value) not in (int, float) or not math.isfinite(value):
-        raise IngestError(
-            f"'{key}' must be a finite number of seconds, got {value!r:.40}", file=path, line=line
-        )
-    return float(value)
-
-
 def _as_ids(value: Any, path: str, line: int, key: str) -> np.ndarray:
     if type(value) is not list:
         raise IngestError(f"'{key}' must be a list of integers", file=path, line=line)
@@ -380,13 +277,6 @@ def _as_ids(value: Any, path: str, line: int, key: str) -> np.ndarray:
     if ids.size and int(ids.min()) < 0:
         raise IngestError(f"'{key}' holds a negative id ({int(ids.min())})", file=path, line=line)
     return ids
-
-
-def _float_array(values: list[float], path: str, key: str) -> np.ndarray:
-    try:
-        return np.asarray(values, dtype=np.float64)
-    except OverflowError:
-        raise IngestError(f"'{key}' holds a number too large for float64", file=path) from None
 
 
 def _opt_int(doc: dict[str, Any], key: str, path: str) -> int | None:
