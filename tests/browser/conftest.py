@@ -42,13 +42,14 @@ def chromium_path() -> str:
 class Served:
     base: str
     token: str  # the embedded default's admin token, as `runwatch serve` announced it
+    env: dict[str, str]  # for `runwatch` commands against the same store
 
 
 @pytest.fixture(scope="session")
 def served(tmp_path_factory: pytest.TempPathFactory, example_runs: Path) -> Iterator[Served]:
     """``runwatch serve`` (API + dashboard + embedded worker) with example runs ingested."""
     home = tmp_path_factory.mktemp("dash") / "home"
-    env = runwatch_env(home=str(home))
+    env = runwatch_env(home=str(home), webhook_allow_private="true")  # alerts to loopback
     runs = [str(example_runs / name) for name in EXAMPLES]
     result = runwatch("ingest", *runs, "--project", "examples", "--wait", env=env, timeout=600)
     assert result.returncode == 0, result.stderr
@@ -72,7 +73,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, example_runs: Path) -> Iter
         wait_http(f"{base}/api/v1/health", proc, log)
         token = (home / "admin-token").read_text().strip()
         assert f"Admin token in {home / 'admin-token'}" in log.read_text()
-        yield Served(base, token)
+        yield Served(base, token, env)
 
 
 @pytest.fixture(scope="session")
