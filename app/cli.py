@@ -640,10 +640,19 @@ def worker(
     with_beat: Annotated[
         bool, typer.Option("--beat", help="Also run the telemetry scheduler in this worker")
     ] = False,
+    queues: Annotated[
+        str | None,
+        typer.Option(help="Queues to consume, comma-separated: ingest, telemetry, alerts (all)"),
+    ] = None,
 ) -> None:
     """Run a Celery worker (production: start as many as you need, on any machine)."""
     from workers.celery_app import QUEUES, celery_app
 
+    chosen = [q.strip() for q in (queues or ",".join(QUEUES)).split(",") if q.strip()]
+    unknown = sorted(set(chosen) - set(QUEUES))
+    if unknown or not chosen:
+        _err(f"--queues takes some of {', '.join(QUEUES)}; not {', '.join(unknown) or 'nothing'}")
+        raise typer.Exit(2)
     settings = get_settings()
     n = concurrency or settings.worker_concurrency
     quiet = ["--quiet"] if loglevel.upper() in ("WARNING", "ERROR", "CRITICAL") else []
@@ -652,7 +661,7 @@ def worker(
         "worker",
         f"--loglevel={loglevel}",
         "--queues",
-        ",".join(QUEUES),
+        ",".join(chosen),
         "--concurrency",
         str(n),
         "--pool",
