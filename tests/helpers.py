@@ -122,3 +122,12 @@ def table_counts(engine: Engine) -> dict[str, int]:
             model.__tablename__: int(s.scalar(select(func.count()).select_from(model)) or 0)
             for model in (Project, Run, Segment, Event, MetricSeries, SampleChunk, Checkpoint)
         }
+
+
+def expected_verdict(truth: dict) -> str:
+    """The verdict a labelled run's ``truth.json`` calls for."""
+    critical = {"data_drift", "incomplete_checkpoint", "state_not_restored"}
+    kinds = {s["kind"] for s in truth["suspect_resumes"]}
+    if kinds & critical:
+        return "fail"
+    return "warn" if kinds or truth["checkpoint_spikes"] else "pass"

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine
 
 from app.analysis.truth import score
-from tests.helpers import count_source, segment_rows, stored_counts
+from tests.helpers import count_source, expected_verdict, segment_rows, stored_counts
 from tests.procs import background, runwatch, wait_for_log
 
 pytestmark = pytest.mark.integration
@@ -43,7 +43,7 @@ def test_examples_ingest_through_a_worker_process(
         truth = json.loads((run_dir / "truth.json").read_text())
         result = score(truth, outcome["findings"])
         assert result.exact, (run_dir.name, result.missed, result.false_alarms)
-        assert outcome["verdict"] == _verdict(truth), run_dir.name
+        assert outcome["verdict"] == expected_verdict(truth), run_dir.name
         expected = count_source(run_dir)
         stored = stored_counts(engine, outcome["run_id"])
         assert stored["metric_points"] == expected.metric_points, run_dir.name
@@ -52,11 +52,3 @@ def test_examples_ingest_through_a_worker_process(
         assert stored["checkpoints"] == expected.checkpoints, run_dir.name
         segments = segment_rows(engine, outcome["run_id"])
         assert [s.start_step for s in segments] == [e["step"] for e in expected.starts]
-
-
-def _verdict(truth: dict) -> str:
-    critical = {"data_drift", "incomplete_checkpoint", "state_not_restored"}
-    kinds = {s["kind"] for s in truth["suspect_resumes"]}
-    if kinds & critical:
-        return "fail"
-    return "warn" if kinds or truth["checkpoint_spikes"] else "pass"
