@@ -110,6 +110,15 @@ def test_findings_and_jobs_listings_paginate(client: TestClient) -> None:
     assert client.get("/api/v1/jobs", params={"state": "failed"}).json()["total"] == 0
 
 
+def test_metric_series_are_listed(client: TestClient) -> None:
+    bad = _run_id(client, "megatron_offset")
+    series = {s["key"]: s for s in client.get(f"/api/v1/runs/{bad}/metrics").json()}
+    assert {"loss", "lr"} <= set(series)
+    assert series["loss"]["num_points"] == 840 and series["loss"]["last_step"] == 840
+    points = client.get(f"/api/v1/runs/{bad}/metrics/loss", params={"max_points": 0}).json()
+    assert points["num_points"] == len(points["steps"]) == 840
+
+
 def test_errors_share_one_body(client: TestClient) -> None:
     missing = client.get("/api/v1/runs/999999/coverage")
     assert missing.status_code == 404

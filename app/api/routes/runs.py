@@ -216,6 +216,14 @@ def get_run_telemetry(
     )
 
 
+@router.get("/{run_id}/metrics", response_model=list[SeriesOut])
+def list_metrics(run_id: int, session: SessionDep, principal: Reader) -> list[SeriesOut]:
+    """The run's metric series (train, then eval) with point counts and value ranges."""
+    run = _get_run(session, run_id)
+    authorize(principal, "read", run.project.name)
+    return [SeriesOut.model_validate(s) for s in run_service.series(session=session, run_id=run_id)]
+
+
 @router.get("/{run_id}/metrics/{key:path}", response_model=MetricOut)
 def get_metric(
     run_id: int,
