@@ -9,6 +9,8 @@ import numpy as np
 from app.analysis.epochs import EpochPlan
 from app.analysis.model import Trace
 
+GRID_BINS = 64  # dataset-index bins of the coverage heatmap
+
 
 @dataclass
 class EpochCoverage:
@@ -39,6 +41,9 @@ class CoverageMap:
         self.plan = plan
         self.size = max(plan.dataset_size, int(trace.ids.max()) + 1 if trace.ids.size else 0)
         self._offsets = trace.offsets
+        self.grid_edges = grid_edges(plan.dataset_size, GRID_BINS)
+        # per epoch, the heatmap's bin sums, taken while its counts are at hand
+        self.grid_sums: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         last_step = int(trace.steps[-1]) if trace.size else 0
         self.epochs: list[EpochCoverage] = [
             self._epoch(e, last_step) for e in range(plan.epoch_of_step(max(last_step, 1)) + 1)
@@ -72,6 +77,9 @@ class CoverageMap:
         first, last = self.plan.window(epoch)
         lo, hi = self.rows(epoch)
         counts = self.counts(epoch)
+        sums = bin_sums(counts[: self.plan.dataset_size], self.grid_edges)
+        if sums is not None:
+            self.grid_sums[epoch] = sums
         samples = int(counts.sum())
         return EpochCoverage(
             epoch=epoch,
@@ -84,3 +92,27 @@ class CoverageMap:
             repeated=int(np.count_nonzero(counts > 1)),
             extra=samples - int(np.count_nonzero(counts)),
         )
+
+
+def grid_edges(size: int, bins: int) -> np.ndarray:
+    """``bins + 1`` boundaries of equal dataset-index bins (fewer bins for a tiny dataset)."""
+    bins = max(1, min(bins, size))
+    return np.linspace(0, size, bins + 1).round().astype(np.int64)
+
+
+def bin_sums(
+    counts: np.ndarray, edges: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per bin ``[edges[i], edges[i + 1])`` of ``counts``: the sum of min(count, 3), the ids never
+    seen and the ids seen more than once (int64). Contiguous bins make these one pass each.
+    None when the bins are not all non-empty and contiguous over ``counts``."""
+    starts = edges[:-1]
+    if counts.size == 0 or int(edges[0]) != 0 or int(edges[-1]) != counts.size:
+        return None
+    if not bool((np.diff(edges) > 0).all()):
+        return None
+    return (
+        np.add.reduceat(np.minimum(counts, 3), starts, dtype=np.int64),
+        np.add.reduceat(counts == 0, starts, dtype=np.int64),
+        np.add.reduceat(counts > 1, starts, dtype=np.int64),
+    )

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.analysis.coverage import CoverageMap
+from app.analysis.coverage import GRID_BINS, CoverageMap, bin_sums, grid_edges
 
-MAX_BINS = 64
+MAX_BINS = GRID_BINS
 
 
 @dataclass
@@ -39,18 +39,16 @@ class CoverageGrid:
 def coverage_grid(coverage: CoverageMap, bins: int = MAX_BINS) -> CoverageGrid:
     plan = coverage.plan
     size = plan.dataset_size
-    bins = max(1, min(bins, size))
-    edges = np.linspace(0, size, bins + 1).round().astype(np.int64)
-    which = np.searchsorted(edges, np.arange(size), side="right") - 1
-    per_bin = np.bincount(which, minlength=bins).astype(np.float64)
+    edges = grid_edges(size, bins)
+    bins = edges.size - 1
+    per_bin = np.diff(edges).astype(np.float64)
+    cached = coverage.grid_sums if np.array_equal(edges, coverage.grid_edges) else {}
     mean_seen, unseen, repeated, step_edges, epochs = [], [], [], [], []
     for epoch in coverage.epochs:
         first, last = plan.window(epoch.epoch)
         step_edges.append(float(first) - 0.5)
-        counts = coverage.counts(epoch.epoch)[:size].astype(np.float64)
-        seen = np.bincount(which, weights=np.minimum(counts, 3.0), minlength=bins) / per_bin
-        zero = np.bincount(which, weights=(counts == 0), minlength=bins) / per_bin
-        many = np.bincount(which, weights=(counts > 1), minlength=bins) / per_bin
+        sums = cached.get(epoch.epoch) or _sums(coverage.counts(epoch.epoch)[:size], edges)
+        seen, zero, many = (s / per_bin for s in sums)
         mean_seen.append(seen.round(3).tolist())
         unseen.append(zero.round(3).tolist())
         repeated.append(many.round(3).tolist())
@@ -73,6 +71,19 @@ def coverage_grid(coverage: CoverageMap, bins: int = MAX_BINS) -> CoverageGrid:
         unseen=_transpose(unseen),
         repeated=_transpose(repeated),
         epochs=epochs,
+    )
+
+
+def _sums(counts: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    sums = bin_sums(counts, edges)
+    if sums is not None:
+        return sums
+    bins = edges.size - 1
+    which = np.searchsorted(edges, np.arange(counts.size), side="right") - 1
+    return (
+        np.bincount(which, weights=np.minimum(counts, 3), minlength=bins),
+        np.bincount(which, weights=(counts == 0), minlength=bins),
+        np.bincount(which, weights=(counts > 1), minlength=bins),
     )
 
 
