@@ -688,6 +688,9 @@ def serve(
         bool | None,
         typer.Option("--worker/--no-worker", help="Start a worker too (default: embedded mode)"),
     ] = None,
+    workers: Annotated[
+        int, typer.Option(min=1, max=64, help="API processes (uvicorn workers), one per core")
+    ] = 1,
 ) -> None:
     """Serve the API (and dashboard), with a worker on the embedded default."""
     settings = get_settings()
@@ -697,7 +700,7 @@ def serve(
     port = port or settings.api_port
     announce_local_admin(settings, host, port)
     with _worker_process(start_worker):
-        _run_api(host, port)
+        _run_api(host, port, workers)
 
 
 class _worker_process:
@@ -723,11 +726,18 @@ class _worker_process:
                 self.proc.kill()
 
 
-def _run_api(host: str, port: int) -> None:
+def _run_api(host: str, port: int, workers: int = 1) -> None:
     import uvicorn
 
     typer.echo(f"Runwatch at http://{host}:{port}  (API docs: http://{host}:{port}/docs)")
-    uvicorn.run("app.api.main:create_app", factory=True, host=host, port=port, log_level="warning")
+    uvicorn.run(
+        "app.api.main:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        log_level="warning",
+        workers=workers,
+    )
 
 
 @cli.command()

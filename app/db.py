@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
+import orjson
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -22,6 +24,15 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
+def _json_loads(text: str | bytes) -> Any:
+    """JSON columns decoded by orjson; what it refuses (NaN written by ``json.dumps``, integers
+    past 64 bits) falls back to the standard parser, so every value reads back the same."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
@@ -29,10 +40,16 @@ def make_engine(url: str) -> Engine:
             from pathlib import Path
 
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 60})
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 60},
+            json_deserializer=_json_loads,
+        )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return create_engine(
+        url, pool_pre_ping=True, pool_size=10, max_overflow=20, json_deserializer=_json_loads
+    )
 
 
 @lru_cache

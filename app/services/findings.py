@@ -97,8 +97,10 @@ def verdict_summary(*, session: Session, run: Run) -> dict[str, Any]:
         repair = (finding.evidence or {}).get("repair")
         if repair:
             entry["repair"] = repair
-    checkpoints = session.scalars(
-        select(Checkpoint).where(Checkpoint.run_id == run.id).order_by(Checkpoint.step)
+    checkpoints = session.execute(
+        select(Checkpoint.name, Checkpoint.step, Checkpoint.verdict, Checkpoint.verdict_reasons)
+        .where(Checkpoint.run_id == run.id)
+        .order_by(Checkpoint.step)
     )
     return {
         "run_id": run.id,

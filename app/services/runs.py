@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import exists, func, select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session, defer, selectinload
 
 from app.models import Checkpoint, MetricSeries, Project, Run, RunTag, Segment
 
@@ -48,7 +48,10 @@ def list_runs(*, session: Session, filters: RunFilter) -> tuple[list[tuple[Run, 
         query = query.where(Run.name.contains(filters.search, autoescape=True))
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     rows = session.execute(
-        query.order_by(*_ordering(filters.order)).limit(filters.limit).offset(filters.offset)
+        query.order_by(*_ordering(filters.order))
+        .limit(filters.limit)
+        .offset(filters.offset)
+        .options(defer(Run.config), defer(Run.analysis))  # large JSON no listing shows
     ).all()
     return [(run, project) for run, project in rows], int(total)
 
