@@ -148,7 +148,8 @@ def announce_local_admin(
     settings: Settings, host: str, port: int, engine: Engine | None = None
 ) -> None:
     """On the embedded database (SQLite), make sure the local admin token exists and print
-    where it is with a login link. Other databases get tokens from ``runwatch tokens create``."""
+    where it is and where to log in. The secret itself is never printed (terminal output ends
+    up in log files). Other databases get tokens from ``runwatch tokens create``."""
     from app.db import get_engine, session_scope
     from app.services.tokens import ensure_local_admin_token
 
@@ -157,7 +158,6 @@ def announce_local_admin(
         return
     with session_scope(engine) as session:
         path = ensure_local_admin_token(session=session, settings=settings)
-    secret = path.read_text().strip()
     shown = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
     base = (settings.public_url or f"http://{shown}:{port}").rstrip("/")
-    typer.echo(f"Admin token in {path} - dashboard: {base}/login?token={secret}")
+    typer.echo(f"Admin token in {path} - log in to the dashboard at {base}/login with it")

@@ -26,9 +26,10 @@ def test_demo_trains_and_ingests_every_scenario(tmp_path: Path) -> None:
     secret = token_file.read_text().strip()
     assert token_file.stat().st_mode & 0o777 == 0o600
     assert (
-        f"Admin token in {token_file} - dashboard: http://127.0.0.1:8765/login?token={secret}"
-        in result.stdout.splitlines()
+        f"Admin token in {token_file} - log in to the dashboard at http://127.0.0.1:8765/login"
+        " with it" in result.stdout.splitlines()
     )
+    assert secret not in result.stdout + result.stderr
     engine = make_engine(f"sqlite:///{home / 'runwatch.db'}")
     with session_scope(engine) as session:
         jobs = session.scalars(select(IngestJob)).all()
