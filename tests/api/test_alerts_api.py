@@ -6,14 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from app.api.deps import get_session, get_settings
-from app.api.main import create_app
 from app.config import Settings
 from app.db import session_scope
 from app.models import Finding
@@ -21,6 +18,7 @@ from app.services import alerts as alert_service
 from app.services import live as live_service
 from app.services.tokens import create_token
 from tests.alerts.receivers import http_receiver
+from tests.api.access import make_api
 
 SECRET_PATH = "/services/T000/B000/TOPSECRETPATH"
 
@@ -34,15 +32,7 @@ def client(engine: Engine, tmp_path: Path, database_url: str) -> Iterator[TestCl
         alert_timeout_s=5,
         public_url="http://rw.test",
     )
-
-    def session_override() -> Iterator[Any]:
-        with session_scope(engine) as session:
-            yield session
-
-    api = create_app(mount_dashboard=False)
-    api.dependency_overrides[get_session] = session_override
-    api.dependency_overrides[get_settings] = lambda: settings
-    with TestClient(api) as client:
+    with TestClient(make_api(engine, settings)) as client:
         yield client
 
 

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from app.api.deps import get_session, get_settings
-from app.api.main import create_app
 from app.config import Settings
 from app.db import session_scope
 from app.services.tokens import create_token
+from tests.api.access import make_api
 from tests.helpers import ingest_path
 
 
@@ -26,13 +24,7 @@ def client(engine: Engine, settings: Settings, example_runs: Path) -> Iterator[T
     with session_scope(engine) as session:
         _, secret = create_token(session=session, name="ci", scope="write", project="ci")
 
-    def session_override() -> Iterator[Any]:
-        with session_scope(engine) as session:
-            yield session
-
-    api = create_app(mount_dashboard=False)
-    api.dependency_overrides[get_session] = session_override
-    api.dependency_overrides[get_settings] = lambda: settings
+    api = make_api(engine, settings)
     with TestClient(api, headers={"Authorization": f"Bearer {secret}"}) as client:
         yield client
 
