@@ -13,6 +13,7 @@ import random
 import statistics
 import tempfile
 import time
+from typing import Any
 
 from app import migrate
 from app.db import make_engine, session_scope
@@ -65,20 +66,29 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=5)
     parser.add_argument("--json", help="write the result here")
     args = parser.parse_args()
-    url = args.database_url or f"sqlite:///{tempfile.mkdtemp()}/bench.db"
+    result = measure(args.database_url, args.nodes, args.gpus, args.cycles)
+    print(json.dumps(result, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+def measure(database_url: str | None, nodes: int, gpus: int, cycles: int) -> dict[str, Any]:
+    """Run ``cycles`` cycles of ``nodes`` x ``gpus`` GPUs; times per cycle and of parsing."""
+    url = database_url or f"sqlite:///{tempfile.mkdtemp()}/bench.db"
     engine = make_engine(url)
     migrate.upgrade(engine)
     rng = random.Random(0)
     with session_scope(engine) as session:
-        nodes = [
+        rows = [
             Node(name=f"bench-{i:04d}-{time.time_ns()}", kind="dcgm", url="http://x/metrics")
-            for i in range(args.nodes)
+            for i in range(nodes)
         ]
-        session.add_all(nodes)
-    node_ids = [n.id for n in nodes]
-    texts = [exposition(i, args.gpus, rng) for i in range(args.nodes)]
-    cycles, parse_s = [], []
-    for cycle in range(args.cycles):
+        session.add_all(rows)
+    node_ids = [n.id for n in rows]
+    texts = [exposition(i, gpus, rng) for i in range(nodes)]
+    cycle_s, parse_s = [], []
+    for cycle in range(cycles):
         started = time.perf_counter()
         parsing = 0.0
         for node_id, text in zip(node_ids, texts, strict=True):
@@ -89,22 +99,19 @@ def main() -> None:
                 scrape = parse_dcgm(text)
                 parsing += time.perf_counter() - t
                 store_scrape(session, node, scrape, at=time.time() + cycle)
-        cycles.append(time.perf_counter() - started)
+        cycle_s.append(time.perf_counter() - started)
         parse_s.append(parsing)
-    result = {
+    engine.dispose()
+    return {
         "database": engine.dialect.name,
-        "gpus": args.nodes * args.gpus,
+        "gpus": nodes * gpus,
         "fields": len(FIELDS),
-        "values_per_cycle": args.nodes * args.gpus * len(FIELDS),
-        "first_cycle_ms": round(cycles[0] * 1000),  # creates the series
-        "steady_cycle_ms_median": round(statistics.median(cycles[1:]) * 1000),
+        "values_per_cycle": nodes * gpus * len(FIELDS),
+        "first_cycle_ms": round(cycle_s[0] * 1000),  # creates the series
+        "steady_cycle_ms_median": round(statistics.median(cycle_s[1:]) * 1000),
         "parse_ms_median": round(statistics.median(parse_s[1:]) * 1000),
         "budget_ms": 15000,
     }
-    print(json.dumps(result, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
 
 
 if __name__ == "__main__":
