@@ -88,7 +88,7 @@ def _run(scale: Scale, home: str) -> list[Row]:
     token = json.loads(made.stdout.strip().splitlines()[-1])["token"]
     paths = {"verdict": f"/api/v1/runs/{runs[VERDICT_RUN]}/verdict", "runs list": "/api/v1/runs"}
     rows = []
-    for workers in sorted({1, os.cpu_count() or 1}):
+    for workers in [1] if scale.quick else sorted({1, os.cpu_count() or 1}):
         for name, result in _serve_and_load(env, workers, paths, token, scale).items():
             met = None
             target = "-"
