@@ -96,6 +96,36 @@ class Settings(BaseSettings):
     smtp_starttls: bool = Field(default=True, description="Upgrade with STARTTLS when offered.")
     smtp_from: str = "runwatch@localhost"
 
+    job_heartbeat_s: float = Field(
+        default=10.0, gt=0, description="How often a worker records that a job is still alive."
+    )
+    job_stale_after_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="A running job whose heartbeat is older than this lost its worker: queue it "
+        "again. Keep well above job_heartbeat_s (and, on SQLite, the longest run write).",
+    )
+    job_lost_after_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A job queued this long, while no worker took any job for as long, lost its "
+        "message: send it again.",
+    )
+    job_sweep_interval_s: float = Field(
+        default=30.0, gt=0, description="How often beat runs the job recovery sweep."
+    )
+    job_max_attempts: int = Field(
+        default=5,
+        ge=1,
+        description="Times a job may be taken by a worker; one whose worker keeps dying fails.",
+    )
+    broker_visibility_timeout_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="Redis: a task not acknowledged this long goes to another worker. Keep above "
+        "alert_retry_max_s (delayed tasks wait unacknowledged).",
+    )
+
     worker_concurrency: int = 1
     log_level: str = "INFO"
 

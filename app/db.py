@@ -14,6 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import get_settings
 
+PG_CONNECT_TIMEOUT_S = 5
+
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
@@ -47,8 +49,13 @@ def make_engine(url: str) -> Engine:
         )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(
-        url, pool_pre_ping=True, pool_size=10, max_overflow=20, json_deserializer=_json_loads
+    return create_engine(  # a database that is away fails a request fast: the API answers 503
+        url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=20,
+        connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S},
+        json_deserializer=_json_loads,
     )
 
 

@@ -28,11 +28,16 @@ def create_celery(settings: Settings) -> Celery:
             "runwatch.compact_telemetry": {"queue": "telemetry"},
             "runwatch.deliver_alert": {"queue": "alerts"},
             "runwatch.sweep_alerts": {"queue": "alerts"},
+            "runwatch.recover_jobs": {"queue": "alerts"},  # not behind a long ingest backlog
         },
         beat_schedule={
             "schedule-scrapes": {"task": "runwatch.schedule_scrapes", "schedule": 1.0},
             "compact-telemetry": {"task": "runwatch.compact_telemetry", "schedule": 600.0},
             "sweep-alerts": {"task": "runwatch.sweep_alerts", "schedule": 60.0},
+            "recover-jobs": {
+                "task": "runwatch.recover_jobs",
+                "schedule": settings.job_sweep_interval_s,
+            },
         },
         beat_schedule_filename=str(settings.resolved_home / "celerybeat-schedule"),
         task_serializer="json",
@@ -47,7 +52,10 @@ def create_celery(settings: Settings) -> Celery:
 
 def _transport_options(settings: Settings) -> dict[str, object]:
     if not settings.is_embedded_broker:
-        return {}
+        # Redis hands an unacknowledged task to another worker after this long (default one
+        # hour); ingest jobs are recovered sooner by their heartbeat, and a second delivery of
+        # a job still running is refused by its claim. Ignored by RabbitMQ.
+        return {"visibility_timeout": settings.broker_visibility_timeout_s}
     queue_dir = settings.broker_dir / "queue"
     control_dir = settings.broker_dir / "control"
     for folder in (queue_dir, control_dir):

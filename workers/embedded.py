@@ -1,7 +1,9 @@
 """Embedded mode: a real Celery worker consuming the file-system queue from a background thread.
 
 Every embedded worker (thread or ``runwatch worker`` process) holds a shared lock on
-``RUNWATCH_HOME/worker.lock``; ``worker_running`` asks whether anyone holds it.
+``RUNWATCH_HOME/worker.lock``; ``worker_running`` asks whether anyone holds it. The thread runs
+no beat, so it runs the job recovery sweep itself (``runwatch worker --beat``, which ``runwatch
+serve`` and ``demo`` start, gets it from beat).
 """
 
 from __future__ import annotations
@@ -54,6 +56,36 @@ class _ThreadWorker(WorkController):
         self.ready.set()
 
 
+class _Sweeper:
+    """Runs the job recovery sweep now and every ``job_sweep_interval_s`` until stopped."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.interval = settings.job_sweep_interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="runwatch-sweep", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        from app.db import get_engine
+        from workers.tasks import sweep_jobs
+
+        engine = get_engine(self.settings.sqlalchemy_url)
+        while True:
+            try:
+                sweep_jobs(engine, self.settings)
+            except Exception:  # the broker is away: next time
+                log.exception("job recovery sweep failed")
+            if self._stop.wait(self.interval):
+                return
+
+
 class EmbeddedWorker:
     """``with EmbeddedWorker(app, settings): ...`` consumes the queue for the block's duration."""
 
@@ -64,6 +96,7 @@ class EmbeddedWorker:
         self._lock: IO[str] | None = None
         self._worker: _ThreadWorker | None = None
         self._thread: threading.Thread | None = None
+        self._sweeper: _Sweeper | None = None
 
     def __enter__(self) -> EmbeddedWorker:
         self._lock = hold_worker_lock(self.settings)
@@ -84,6 +117,8 @@ class EmbeddedWorker:
         self._thread.start()
         if not self._worker.ready.wait(timeout=30):
             raise RuntimeError("the embedded worker did not start within 30 s")
+        self._sweeper = _Sweeper(self.settings)
+        self._sweeper.start()
         return self
 
     def __exit__(
@@ -92,6 +127,8 @@ class EmbeddedWorker:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._sweeper is not None:
+            self._sweeper.stop()
         if self._worker is not None:
             self._worker.stop(in_sighandler=False)
         if self._thread is not None:

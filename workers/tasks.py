@@ -2,37 +2,63 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any
 
+from kombu.exceptions import OperationalError as BrokerUnavailable
+from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 
-from app.config import get_settings
+from app.config import Settings, get_settings
 from app.db import get_engine, session_scope
-from app.services import alert_delivery, scraping, telemetry_store
+from app.services import alert_delivery, job_claims, recovery, scraping, telemetry_store
 from app.services import ingest as ingest_service
 from app.services import live as live_service
 from workers.celery_app import celery_app
 
+log = logging.getLogger(__name__)
 
-@celery_app.task(
-    name="runwatch.ingest",
-    autoretry_for=(OperationalError, InterfaceError, IntegrityError),
-    retry_backoff=2,
-    retry_backoff_max=60,
-    max_retries=8,
-)
-def ingest(job_id: int) -> str:
-    job = ingest_service.run_job(
-        engine=get_engine(), settings=get_settings(), job_id=job_id, on_alerts=enqueue_deliveries
-    )
+RETRYABLE = (OperationalError, InterfaceError, IntegrityError)
+INGEST_RETRIES = 8  # 2, 4, 8, 16, 32, 60, 60, 60 s: four minutes of database outage
+
+
+def ingest_retry_delay(retries: int) -> float:
+    return float(min(2 * 2**retries, 60))
+
+
+@celery_app.task(bind=True, name="runwatch.ingest", max_retries=INGEST_RETRIES)
+def ingest(self: Any, job_id: int, claim: str | None = None) -> str:
+    """Run one ingest job. The database away, or a concurrent ingest of the same run, retries
+    with backoff; the retry carries this try's claim token, so it takes the job back while a
+    duplicate of the message cannot. Out of retries, the job is left to the recovery sweep."""
+    token = claim or job_claims.new_token()
+    try:
+        job = ingest_service.run_job(
+            engine=get_engine(),
+            settings=get_settings(),
+            job_id=job_id,
+            on_alerts=enqueue_deliveries,
+            claim_token=token,
+        )
+    except RETRYABLE as exc:
+        raise self.retry(
+            exc=exc,
+            kwargs={"job_id": job_id, "claim": token},
+            countdown=ingest_retry_delay(self.request.retries),
+        ) from exc
     return job.state
 
 
-def enqueue_ingest(job_id: int) -> None:
-    """Call only after the transaction that created the job has committed."""
-    ingest.delay(job_id)
+def enqueue_ingest(job_id: int, claim: str | None = None, delay: float | None = None) -> None:
+    """Call only after the transaction that created the job has committed. A broker that is
+    away loses nothing: the job stays queued and the recovery sweep sends it again."""
+    try:
+        ingest.apply_async((job_id,), {"claim": claim} if claim else None, countdown=delay)
+    except BrokerUnavailable as exc:
+        log.warning("ingest job %s stays queued, the broker is unavailable: %s", job_id, exc)
 
 
 REFRESH_DELAY_SECONDS = 2.0
@@ -53,9 +79,18 @@ def refresh_live(run_id: int) -> str:
     if job_id is None:
         return "nothing new"
     started = time.monotonic()
-    job = ingest_service.run_job(
-        engine=engine, settings=settings, job_id=job_id, on_alerts=enqueue_deliveries
-    )
+    token = job_claims.new_token()
+    try:
+        job = ingest_service.run_job(
+            engine=engine,
+            settings=settings,
+            job_id=job_id,
+            on_alerts=enqueue_deliveries,
+            claim_token=token,
+        )
+    except RETRYABLE:  # the job exists: the ingest task takes it back and retries it
+        enqueue_ingest(job_id, claim=token, delay=REFRESH_DELAY_SECONDS)
+        return "retrying"
     with session_scope(engine) as session:
         again = live_service.more_pending(session=session, run_id=run_id)
     if again:  # wait at least as long as a refresh takes, so big runs are not reread nonstop
@@ -64,7 +99,11 @@ def refresh_live(run_id: int) -> str:
 
 
 def enqueue_refresh(run_id: int, delay: float = REFRESH_DELAY_SECONDS) -> None:
-    refresh_live.apply_async((run_id,), countdown=delay)
+    """A broker that is away loses nothing: the recovery sweep starts the refresh later."""
+    try:
+        refresh_live.apply_async((run_id,), countdown=delay)
+    except BrokerUnavailable as exc:
+        log.warning("refresh of live run %s not queued, the broker is unavailable: %s", run_id, exc)
 
 
 @celery_app.task(name="runwatch.schedule_scrapes", ignore_result=True)
@@ -128,3 +167,25 @@ def sweep_alerts() -> int:
         due = alert_delivery.sweep(session=session, now=datetime.now(UTC))
     enqueue_deliveries(due)
     return len(due)
+
+
+@celery_app.task(name="runwatch.recover_jobs", ignore_result=True)
+def recover_jobs() -> dict[str, int]:
+    """Beat, every ``job_sweep_interval_s``: queue again the ingest jobs a dead worker or a lost
+    message left behind, fail those that keep losing their worker, and start live refreshes
+    that never came (app/services/recovery.py)."""
+    return sweep_jobs(get_engine(), get_settings())
+
+
+def sweep_jobs(engine: Engine, settings: Settings) -> dict[str, int]:
+    """One recovery sweep: commit, then enqueue. The next sweep tries again if the database is
+    away."""
+    try:
+        with session_scope(engine) as session:
+            found = recovery.recover(session=session, settings=settings)
+    except (OperationalError, InterfaceError) as exc:
+        log.warning("job recovery skipped, the database is unavailable: %s", exc)
+        return {}
+    for job_id in found.to_enqueue:
+        enqueue_ingest(job_id)
+    return found.summary()

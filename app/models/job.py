@@ -16,6 +16,7 @@ class IngestJob(Base):
     __table_args__ = (
         Index("ix_ingest_job_state_created_at", "state", "created_at"),
         Index("ix_ingest_job_source_sha256", "source_sha256"),
+        Index("ix_ingest_job_started_at", "started_at"),  # has any worker taken a job lately?
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -36,7 +37,13 @@ class IngestJob(Base):
     counts: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     warnings: Mapped[list[str]] = mapped_column(JSONType, default=list)
     error: Mapped[str | None] = mapped_column(Text)
-    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # times a worker took it
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Recovery (app/services/job_claims.py, recovery.py): the worker that holds the job proves
+    # it with its claim token and refreshes heartbeat_at while it works; a queued job's
+    # heartbeat_at is when its message was last sent.
+    claim_token: Mapped[str | None] = mapped_column(String(32))
+    worker: Mapped[str | None] = mapped_column(String(200))  # host:pid holding the claim
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -3,6 +3,10 @@
 The job row is the single source of truth for progress and outcome. Parsing happens outside any
 write transaction (progress is committed as it goes); the run's rows and the job's success are
 committed together, so a job is "succeeded" exactly when its data is visible.
+
+A worker runs a job only after claiming it, and every write of the job's state is fenced by the
+claim (``job_claims``): a redelivered or duplicated message never runs a job twice at once, and a
+worker whose job the recovery sweep handed to another commits nothing more.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from app.ingest.source import Limits, open_source
 from app.models import IngestJob, Project, Run
 from app.services import alerts as alert_service
 from app.services import analysis as analysis_service
+from app.services import job_claims
+from app.services.job_claims import ClaimLost, Heartbeat, fenced_update
 from app.services.run_store import RunLayout, plan_layout, replace_run_data
 from app.services.sources import StoredSource, source_file
 
@@ -104,10 +110,13 @@ def list_jobs(
 
 @dataclass
 class _Progress:
-    """Commits the job's byte counter at most twice a second while a source is parsed."""
+    """Commits the job's byte counter at most twice a second while a source is parsed; stops the
+    parse (``ClaimLost``) once the job belongs to another worker."""
 
     engine: Engine
     job_id: int
+    token: str
+    heartbeat: Heartbeat
     done: int = 0
     last: float = 0.0
 
@@ -119,57 +128,105 @@ class _Progress:
             self.flush()
 
     def flush(self, phase: str | None = None) -> None:
+        self.heartbeat.check()
+        values: dict[str, Any] = {"progress_done": self.done}
+        if phase:
+            values["phase"] = phase
         with session_scope(self.engine) as session:
-            job = session.get(IngestJob, self.job_id)
-            if job is not None:
-                job.progress_done = self.done
-                if phase:
-                    job.phase = phase
+            fenced_update(session, self.job_id, self.token, **values)
 
 
 AlertSink = Callable[[list[int]], None]
 
 
 def run_job(
-    *, engine: Engine, settings: Settings, job_id: int, on_alerts: AlertSink | None = None
+    *,
+    engine: Engine,
+    settings: Settings,
+    job_id: int,
+    on_alerts: AlertSink | None = None,
+    claim_token: str | None = None,
 ) -> IngestJob:
-    """Do one ingest job. Safe to call again for the same job (a redelivered task).
+    """Do one ingest job. Safe to call again for the same job (a redelivered task): a job that
+    is finished, or held by another worker, is returned as it is.
 
-    ``on_alerts`` gets the ids of the alert deliveries the analysis created, after its commit.
+    ``claim_token``: a retry passes the token its earlier try claimed the job with, to take the
+    job back (a fresh token is made otherwise). ``on_alerts`` gets the ids of the alert
+    deliveries the analysis created, after its commit.
     """
+    token = claim_token or job_claims.new_token()
     with session_scope(engine) as session:
+        claimed = job_claims.claim(session=session, job_id=job_id, token=token)
         job = session.get(IngestJob, job_id)
         if job is None:
             raise LookupError(f"ingest job {job_id} does not exist")
-        if job.state in FINAL_STATES:
+        if not claimed:
             return job
-        job.state = RUNNING
-        job.phase = "reading"
-        job.attempts += 1
-        job.started_at = datetime.now(UTC)
-        job.progress_done = 0
         source = _job_source(job)
+        stored = job.run_id if job.counts else None  # an earlier try committed the run's rows
+    try:
+        with Heartbeat(engine, job_id, token, settings.job_heartbeat_s) as heartbeat:
+            return _run_claimed(
+                engine, settings, job_id, token, source, stored, heartbeat, on_alerts
+            )
+    except ClaimLost:
+        log.warning("ingest job %s was taken over by another worker; this try stops", job_id)
+        with session_scope(engine) as session:
+            job = session.get(IngestJob, job_id)
+            assert job is not None
+            return job
 
+
+def _run_claimed(
+    engine: Engine,
+    settings: Settings,
+    job_id: int,
+    token: str,
+    source: _Source,
+    stored: int | None,
+    heartbeat: Heartbeat,
+    on_alerts: AlertSink | None,
+) -> IngestJob:
     unchanged = _unchanged_run(engine, source)
     if unchanged is not None:
-        return _finish_unchanged(engine, job_id, unchanged)
+        return _finish_unchanged(engine, job_id, token, unchanged)
+    if stored is not None and _stored_from(engine, stored, source):
+        return _analyze_and_finish(engine, job_id, token, stored, on_alerts)
     warnings = Warnings()
-    progress = _Progress(engine, job_id)
+    progress = _Progress(engine, job_id, token, heartbeat)
     try:
         parsed = _parse(settings, source, warnings, progress)
         progress.flush(phase="writing")
         layout = plan_layout(parsed, warnings)
         _check_sample_ids(parsed, warnings)
+        heartbeat.check()
         with session_scope(engine) as session:
-            run_id = _store(session, job_id, source, parsed, layout, warnings)
+            run_id = _store(session, job_id, token, source, parsed, layout, warnings)
     except IngestError as exc:
-        return _fail(engine, job_id, str(exc), warnings)
-    except (OperationalError, InterfaceError, IntegrityError):
-        raise  # database away, or a concurrent ingest of the same run: the task retries
+        return _fail(engine, job_id, token, str(exc), warnings)
+    except (OperationalError, InterfaceError, IntegrityError, ClaimLost):
+        raise  # database away, a concurrent ingest of the same run (the task retries), or lost
     except Exception as exc:
         log.exception("ingest job %s failed unexpectedly", job_id)
-        return _fail(engine, job_id, f"internal error: {type(exc).__name__}: {exc}", warnings)
-    return _analyze_and_finish(engine, job_id, run_id, on_alerts)
+        return _fail(
+            engine, job_id, token, f"internal error: {type(exc).__name__}: {exc}", warnings
+        )
+    return _analyze_and_finish(engine, job_id, token, run_id, on_alerts)
+
+
+def _stored_from(engine: Engine, run_id: int, source: _Source) -> bool:
+    """Whether the run still holds the rows this job's earlier try wrote from ``source``."""
+    with session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        return run is not None and run.source_sha256 == source.sha256
+
+
+def _updated(session: Session, job_id: int, token: str, **values: Any) -> IngestJob:
+    """The job after a fenced update (``ClaimLost`` if this worker no longer holds it)."""
+    fenced_update(session, job_id, token, **values)
+    job = session.get(IngestJob, job_id, populate_existing=True)
+    assert job is not None
+    return job
 
 
 def _unchanged_run(engine: Engine, source: _Source) -> int | None:
@@ -185,24 +242,31 @@ def _unchanged_run(engine: Engine, source: _Source) -> int | None:
         return run.id
 
 
-def _finish_unchanged(engine: Engine, job_id: int, run_id: int) -> IngestJob:
+def _finish_unchanged(engine: Engine, job_id: int, token: str, run_id: int) -> IngestJob:
     with session_scope(engine) as session:
         job = session.get(IngestJob, job_id)
         assert job is not None
-        job.run_id = run_id
-        job.counts = dict(_last_counts(session, run_id) or {})
-        job.warnings = [
-            "unchanged: this source is identical to the one already ingested for the run"
-        ]
-        job.state = SUCCEEDED
-        job.phase = None
-        job.progress_done = job.progress_total
-        job.finished_at = datetime.now(UTC)
-        return job
+        values: dict[str, Any] = {}
+        if job.run_id != run_id or not job.counts:  # not this job's own earlier try
+            values["counts"] = dict(_last_counts(session, run_id) or {})
+            values["warnings"] = [
+                "unchanged: this source is identical to the one already ingested for the run"
+            ]
+        return _updated(
+            session,
+            job_id,
+            token,
+            run_id=run_id,
+            state=SUCCEEDED,
+            phase=None,
+            progress_done=IngestJob.progress_total,
+            finished_at=datetime.now(UTC),
+            **values,
+        )
 
 
 def _analyze_and_finish(
-    engine: Engine, job_id: int, run_id: int, on_alerts: AlertSink | None = None
+    engine: Engine, job_id: int, token: str, run_id: int, on_alerts: AlertSink | None = None
 ) -> IngestJob:
     """Analyze the stored run and evaluate its alerts, then mark the job succeeded. An analyzer
     bug does not lose the ingested data: the job still succeeds, with the error among its
@@ -213,7 +277,8 @@ def _analyze_and_finish(
         with session_scope(engine) as session:
             analysis_service.analyze(session=session, run_id=run_id)
             deliveries = _evaluate_alerts(session, run_id)
-    except (OperationalError, InterfaceError):
+            fenced_update(session, job_id, token)  # commit nothing once the job is another's
+    except (OperationalError, InterfaceError, ClaimLost):
         raise
     except Exception as exc:
         log.exception("analysis of run %s failed", run_id)
@@ -227,12 +292,18 @@ def _analyze_and_finish(
     with session_scope(engine) as session:
         job = session.get(IngestJob, job_id)
         assert job is not None
+        values: dict[str, Any] = {}
         if problem:
-            job.warnings = [*(job.warnings or []), problem]
-        job.state = SUCCEEDED
-        job.phase = None
-        job.finished_at = datetime.now(UTC)
-        return job
+            values["warnings"] = [*(job.warnings or []), problem]
+        return _updated(
+            session,
+            job_id,
+            token,
+            state=SUCCEEDED,
+            phase=None,
+            finished_at=datetime.now(UTC),
+            **values,
+        )
 
 
 def _evaluate_alerts(session: Session, run_id: int) -> list[int]:
@@ -313,6 +384,7 @@ def _check_sample_ids(parsed: ParsedRun, warnings: Warnings) -> None:
 def _store(
     session: Session,
     job_id: int,
+    token: str,
     source: _Source,
     parsed: ParsedRun,
     layout: RunLayout,
@@ -323,8 +395,6 @@ def _store(
     run = session.scalars(
         select(Run).where(Run.project_id == project.id, Run.name == source.run_name)
     ).one_or_none()
-    job = session.get(IngestJob, job_id)
-    assert job is not None
     if run is not None and run.source_sha256 == source.sha256:
         warnings.add("unchanged: this source is identical to the one already ingested for the run")
         counts = dict(_last_counts(session, run.id) or {})
@@ -341,14 +411,20 @@ def _store(
             session.flush()
         counts = replace_run_data(session, run, parsed, layout)
         run.source_sha256 = source.sha256
+        run.verdict = None  # not analysed from this source yet
         run.updated_at = datetime.now(UTC)
-    job.run_id = run.id
-    job.phase = "analyzing"
-    job.counts = counts
-    job.warnings = warnings.summary()
-    job.error = None
-    job.progress_done = job.progress_total
     session.flush()
+    fenced_update(  # last, so the job row is locked only for the commit
+        session,
+        job_id,
+        token,
+        run_id=run.id,
+        phase="analyzing",
+        counts=counts,
+        warnings=warnings.summary(),
+        error=None,
+        progress_done=IngestJob.progress_total,
+    )
     return run.id
 
 
@@ -370,12 +446,14 @@ def _get_or_create_project(session: Session, name: str) -> Project:
     return project
 
 
-def _fail(engine: Engine, job_id: int, error: str, warnings: Warnings) -> IngestJob:
+def _fail(engine: Engine, job_id: int, token: str, error: str, warnings: Warnings) -> IngestJob:
     with session_scope(engine) as session:
-        job = session.get(IngestJob, job_id)
-        assert job is not None
-        job.state = FAILED
-        job.error = error
-        job.warnings = warnings.summary()
-        job.finished_at = datetime.now(UTC)
-        return job
+        return _updated(
+            session,
+            job_id,
+            token,
+            state=FAILED,
+            error=error,
+            warnings=warnings.summary(),
+            finished_at=datetime.now(UTC),
+        )
