@@ -675,7 +675,8 @@ def worker(
     if settings.is_embedded_broker:
         from workers.embedded import hold_worker_lock
 
-        hold_worker_lock(settings)
+        # keep the handle while the worker runs: closing it (or losing it) releases the lock
+        _lock = hold_worker_lock(settings)
         argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
     celery_app.worker_main(argv)
 
