@@ -126,6 +126,13 @@ class Settings(BaseSettings):
         "alert_retry_max_s (delayed tasks wait unacknowledged).",
     )
 
+    analysis_chunk_ids: int = Field(
+        default=20_000_000,
+        ge=1,
+        description="A run whose sample trace holds more ids is analysed in parts of whole epochs"
+        " of about this many ids, one task each, across the workers; smaller runs in one task.",
+    )
+
     worker_concurrency: int = 1
     log_level: str = "INFO"
 

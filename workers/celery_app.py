@@ -23,6 +23,8 @@ def create_celery(settings: Settings) -> Celery:
         task_routes={
             "runwatch.ingest": {"queue": "ingest"},
             "runwatch.refresh_live": {"queue": "ingest"},
+            "runwatch.analysis_part": {"queue": "ingest"},
+            "runwatch.analysis_merge": {"queue": "ingest"},
             "runwatch.schedule_scrapes": {"queue": "telemetry"},
             "runwatch.scrape_node": {"queue": "telemetry"},
             "runwatch.compact_telemetry": {"queue": "telemetry"},

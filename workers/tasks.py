@@ -14,7 +14,14 @@ from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 
 from app.config import Settings, get_settings
 from app.db import get_engine, session_scope
-from app.services import alert_delivery, job_claims, recovery, scraping, telemetry_store
+from app.services import (
+    alert_delivery,
+    analysis_parts,
+    job_claims,
+    recovery,
+    scraping,
+    telemetry_store,
+)
 from app.services import ingest as ingest_service
 from app.services import live as live_service
 from workers.celery_app import celery_app
@@ -42,6 +49,7 @@ def ingest(self: Any, job_id: int, claim: str | None = None) -> str:
             job_id=job_id,
             on_alerts=enqueue_deliveries,
             claim_token=token,
+            split=split_analysis,
         )
     except RETRYABLE as exc:
         raise self.retry(
@@ -59,6 +67,60 @@ def enqueue_ingest(job_id: int, claim: str | None = None, delay: float | None = 
         ingest.apply_async((job_id,), {"claim": claim} if claim else None, countdown=delay)
     except BrokerUnavailable as exc:
         log.warning("ingest job %s stays queued, the broker is unavailable: %s", job_id, exc)
+
+
+def split_analysis(job_id: int, token: str, run_id: int) -> bool:
+    """Hand a large run's analysis to parts (``analysis_parts``); False: analyse it here."""
+    return analysis_parts.start(
+        engine=get_engine(),
+        settings=get_settings(),
+        job_id=job_id,
+        token=token,
+        run_id=run_id,
+        enqueue=enqueue_parts,
+    )
+
+
+def enqueue_parts(part_ids: list[int]) -> None:
+    """Call only after the transaction that created the parts has committed."""
+    for part_id in part_ids:
+        analysis_part.delay(part_id)
+
+
+@celery_app.task(
+    name="runwatch.analysis_part",
+    autoretry_for=RETRYABLE,
+    retry_backoff=2,
+    retry_backoff_max=60,
+    max_retries=8,
+)
+def analysis_part(part_id: int) -> str:
+    """Summarize one window of a large run's epochs; the last part queues the merge."""
+    batch_id = analysis_parts.run_part(
+        engine=get_engine(), settings=get_settings(), part_id=part_id
+    )
+    if batch_id is None:
+        return "done"
+    analysis_merge.delay(batch_id)
+    return "last part"
+
+
+@celery_app.task(
+    name="runwatch.analysis_merge",
+    autoretry_for=RETRYABLE,
+    retry_backoff=2,
+    retry_backoff_max=60,
+    max_retries=8,
+)
+def analysis_merge(batch_id: int) -> str:
+    """Merge a large run's analysis parts, store the report and finish its ingest job."""
+    job = analysis_parts.merge(
+        engine=get_engine(),
+        settings=get_settings(),
+        batch_id=batch_id,
+        on_alerts=enqueue_deliveries,
+    )
+    return job.state if job is not None else "nothing to merge"
 
 
 REFRESH_DELAY_SECONDS = 2.0

@@ -11,9 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.analysis.coverage import GRID_BINS, CoverageMap, bin_sums, grid_edges
-
-MAX_BINS = GRID_BINS
+from app.analysis.coverage import GRID_BINS, Coverage, grid_edges
 
 
 @dataclass
@@ -36,19 +34,16 @@ class CoverageGrid:
         }
 
 
-def coverage_grid(coverage: CoverageMap, bins: int = MAX_BINS) -> CoverageGrid:
+def coverage_grid(coverage: Coverage) -> CoverageGrid:
+    """The grid over ``GRID_BINS`` index bins, from the columns the coverage holds."""
     plan = coverage.plan
-    size = plan.dataset_size
-    edges = grid_edges(size, bins)
-    bins = edges.size - 1
+    edges = grid_edges(plan.dataset_size, GRID_BINS)
     per_bin = np.diff(edges).astype(np.float64)
-    cached = coverage.grid_sums if np.array_equal(edges, coverage.grid_edges) else {}
     mean_seen, unseen, repeated, step_edges, epochs = [], [], [], [], []
     for epoch in coverage.epochs:
         first, last = plan.window(epoch.epoch)
         step_edges.append(float(first) - 0.5)
-        sums = cached.get(epoch.epoch) or _sums(coverage.counts(epoch.epoch)[:size], edges)
-        seen, zero, many = (s / per_bin for s in sums)
+        seen, zero, many = (s / per_bin for s in coverage.grid_sums(epoch.epoch))
         mean_seen.append(seen.round(3).tolist())
         unseen.append(zero.round(3).tolist())
         repeated.append(many.round(3).tolist())
@@ -71,19 +66,6 @@ def coverage_grid(coverage: CoverageMap, bins: int = MAX_BINS) -> CoverageGrid:
         unseen=_transpose(unseen),
         repeated=_transpose(repeated),
         epochs=epochs,
-    )
-
-
-def _sums(counts: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    sums = bin_sums(counts, edges)
-    if sums is not None:
-        return sums
-    bins = edges.size - 1
-    which = np.searchsorted(edges, np.arange(counts.size), side="right") - 1
-    return (
-        np.bincount(which, weights=np.minimum(counts, 3), minlength=bins),
-        np.bincount(which, weights=(counts == 0), minlength=bins),
-        np.bincount(which, weights=(counts > 1), minlength=bins),
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.analysis.coverage import CoverageMap, EpochCoverage
+from app.analysis.coverage import Coverage, CoverageMap, EpochCoverage
 from app.analysis.epochs import EpochPlan
 from app.analysis.findings import (
     CRITICAL,
@@ -35,7 +35,7 @@ class Baseline:
 
 
 def analyze_drift(
-    run: RunData, plan: EpochPlan | None, coverage: CoverageMap | None = None
+    run: RunData, plan: EpochPlan | None, coverage: Coverage | None = None
 ) -> list[Finding]:
     if plan is None:
         return []
@@ -53,7 +53,7 @@ def analyze_drift(
     return [findings[k] for k in sorted(findings)]
 
 
-def baseline(coverage: CoverageMap, plan: EpochPlan, first_resume: int | None) -> Baseline:
+def baseline(coverage: Coverage, plan: EpochPlan, first_resume: int | None) -> Baseline:
     """What complete, gap-free epochs before the first resume show."""
     clean = [
         e
@@ -88,7 +88,7 @@ def drifting(epoch: EpochCoverage, base: Baseline) -> bool:
 
 
 def _trace_drift(
-    run: RunData, plan: EpochPlan, coverage: CoverageMap, resumes: list[SegmentInfo]
+    run: RunData, plan: EpochPlan, coverage: Coverage, resumes: list[SegmentInfo]
 ) -> list[Finding]:
     first_resume = min(int(s.start_step or 0) for s in resumes)
     base = baseline(coverage, plan, first_resume)
@@ -115,21 +115,21 @@ def _segment(run: RunData, ordinal: int) -> SegmentInfo:
     return next(s for s in run.segments if s.ordinal == ordinal)
 
 
-def _ids_unseen_in_every_epoch(coverage: CoverageMap, epochs: tuple[int, ...]) -> np.ndarray:
+def _ids_unseen_in_every_epoch(coverage: Coverage, epochs: tuple[int, ...]) -> np.ndarray:
     """Mask of ids left out of every baseline epoch: left out by design (a sequential
     sampler's drop_last tail)."""
     never = np.zeros(coverage.plan.dataset_size, dtype=bool)
     if epochs:
         never[:] = True
         for epoch in epochs:
-            never &= coverage.counts(epoch)[: coverage.plan.dataset_size] == 0
+            never &= coverage.unseen_mask(epoch)
     return never
 
 
 def _trace_finding(
     run: RunData,
     plan: EpochPlan,
-    coverage: CoverageMap,
+    coverage: Coverage,
     base: Baseline,
     design_unseen: np.ndarray,
     resume: SegmentInfo,
@@ -138,16 +138,14 @@ def _trace_finding(
     per_epoch = []
     unseen_total = repeated_total = 0
     first = epochs[0]
-    counts = coverage.counts(first.epoch)
-    skipped_mask = (counts[: plan.dataset_size] == 0) & ~design_unseen
+    skipped_mask = coverage.unseen_mask(first.epoch) & ~design_unseen
     skipped = np.flatnonzero(skipped_mask)
-    repeated = np.flatnonzero(counts > 1)
+    repeated = coverage.repeated_ids(first.epoch)
     same_head = True
     # unseen per epoch beyond the ids every baseline epoch left out
     by_design = base.unseen - int(np.count_nonzero(design_unseen))
     for epoch in epochs:
-        epoch_counts = coverage.counts(epoch.epoch)[: plan.dataset_size]
-        unseen_mask = (epoch_counts == 0) & ~design_unseen
+        unseen_mask = coverage.unseen_mask(epoch.epoch) & ~design_unseen
         outside_design = int(np.count_nonzero(unseen_mask))
         unseen_excess = max(round(outside_design - by_design), 0)
         repeated_excess = max(round(epoch.repeated - base.repeated), 0)

@@ -100,8 +100,9 @@ def _global_batch(run: RunData) -> int | None:
 def _dataset_size(run: RunData) -> int | None:
     if run.dataset_size:
         return run.dataset_size
-    if run.trace is not None and run.trace.ids.size:
-        return int(run.trace.ids.max()) + 1
+    if run.trace is not None and run.trace.size:
+        top = run.trace.max_id()
+        return top + 1 if top >= 0 else None
     return None
 
 
@@ -122,7 +123,7 @@ def _from_trace(
     last_row = int(head[-1])
     seen = np.zeros(size, dtype=bool)
     for row in range(last_row + 1):
-        ids = trace.ids[offsets[row] : offsets[row + 1]]
+        ids = trace.id_slice(int(offsets[row]), int(offsets[row + 1]))
         ids = ids[ids < size]
         repeated = seen[ids]
         if repeated.any():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -29,14 +29,32 @@ class Series:
         return int(self.steps.size)
 
 
+class IdReader(Protocol):
+    """The ids of a trace kept in storage, read by position in the concatenated id array."""
+
+    def read(self, start: int, end: int) -> np.ndarray: ...  # int64 ids at [start, end)
+
+    def max_id(self) -> int: ...  # -1 for no ids
+
+
 @dataclass
 class Trace:
-    """Dataset indices consumed per logged step (``ids`` concatenated, ``counts`` per step)."""
+    """Dataset indices consumed per logged step (``ids`` concatenated, ``counts`` per step).
+
+    A paged trace (``reader`` set) holds the per-step arrays in memory and reads ids from
+    storage when asked; its ``ids`` is empty. Analyzers read ids through ``id_slice``."""
 
     steps: np.ndarray  # int64
     counts: np.ndarray  # int64
-    ids: np.ndarray  # int64
+    ids: np.ndarray  # int64; empty in a paged trace
     segments: np.ndarray  # uint16
+    reader: IdReader | None = None
+
+    @classmethod
+    def paged(
+        cls, steps: np.ndarray, counts: np.ndarray, segments: np.ndarray, reader: IdReader
+    ) -> Trace:
+        return cls(steps, counts, np.zeros(0, dtype=np.int64), segments, reader)
 
     @property
     def offsets(self) -> np.ndarray:
@@ -48,9 +66,21 @@ class Trace:
     def size(self) -> int:
         return int(self.steps.size)
 
+    def id_slice(self, start: int, end: int) -> np.ndarray:
+        """Ids at positions ``[start, end)`` of the concatenated id array."""
+        if self.reader is None:
+            return self.ids[start:end]
+        return self.reader.read(start, end)
+
+    def max_id(self) -> int:
+        """The largest id (-1 for none)."""
+        if self.reader is not None:
+            return self.reader.max_id()
+        return int(self.ids.max()) if self.ids.size else -1
+
     def ids_of(self, row: int) -> np.ndarray:
         offsets = self.offsets
-        return self.ids[offsets[row] : offsets[row + 1]]
+        return self.id_slice(int(offsets[row]), int(offsets[row + 1]))
 
 
 @dataclass

@@ -14,14 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from app.analysis.coverage import CoverageMap
+from app.analysis.coverage import ORDER_HEAD, Coverage, CoverageMap
 from app.analysis.epochs import EpochPlan
 from app.analysis.findings import RESUME_ORDER_DIVERGENCE, WARNING, Finding
 from app.analysis.model import RunData, SegmentInfo, Trace
 from app.analysis.samplers import SamplerDesign, find_design, first_divergence
 
 SAME_ORDER = 0.5  # fraction of equal positions above which two epochs share a permutation
-SIGNATURE = 65_536
 
 
 @dataclass
@@ -32,7 +31,7 @@ class OrderReport:
 
 
 def analyze_order(
-    run: RunData, plan: EpochPlan | None, coverage: CoverageMap | None = None
+    run: RunData, plan: EpochPlan | None, coverage: Coverage | None = None
 ) -> OrderReport:
     report = OrderReport()
     trace = run.trace
@@ -86,8 +85,8 @@ def _replay_check(run: RunData, resume: SegmentInfo) -> dict[str, Any]:
         at = int(np.searchsorted(trace.steps, step))
         if at >= trace.size or int(trace.steps[at]) != step:
             continue
-        old = replayed.ids[old_offsets[row] : old_offsets[row + 1]]
-        new = trace.ids[new_offsets[at] : new_offsets[at + 1]]
+        old = replayed.id_slice(int(old_offsets[row]), int(old_offsets[row + 1]))
+        new = trace.id_slice(int(new_offsets[at]), int(new_offsets[at + 1]))
         if np.array_equal(np.sort(old), np.sort(new)):
             identical += 1
         elif first_diff is None:
@@ -111,32 +110,30 @@ def _design_check(
 
 
 def _repeated_epochs(
-    run: RunData, plan: EpochPlan, resumes: list[SegmentInfo], coverage: CoverageMap
+    run: RunData, plan: EpochPlan, resumes: list[SegmentInfo], coverage: Coverage
 ) -> dict[int, list[dict[str, Any]]]:
     """Epochs after a resume whose order equals an earlier epoch's, by resume ordinal."""
     full = plan.samples_per_epoch
-    orders = {
-        e.epoch: coverage.ids(e.epoch)
-        for e in coverage.epochs
-        if e.complete and not e.has_gaps and e.samples == full
-    }
+    orders = [
+        e.epoch for e in coverage.epochs if e.complete and not e.has_gaps and e.samples == full
+    ]
     first_resume = min(int(s.start_step or 0) for s in resumes)
-    before = [e for e in sorted(orders) if plan.window(e)[1] <= first_resume]
+    before = [e for e in orders if plan.window(e)[1] <= first_resume]
     if len(before) >= 2:
-        if any(_same(orders[a], orders[b]) for a, b in pairwise(before)):
+        if any(_match_fraction(coverage, a, b, full) > SAME_ORDER for a, b in pairwise(before)):
             return {}  # un-resumed epochs share one order: fixed order by design
     elif _declared_unshuffled(run):
         return {}
     out: dict[int, list[dict[str, Any]]] = {}
-    for epoch in sorted(orders):
+    for epoch in orders:
         first_step = plan.window(epoch)[0]
         cause = [s for s in resumes if (s.start_step or 0) < first_step]
         if not cause:
             continue
-        for earlier in sorted(orders):
+        for earlier in orders:
             if earlier >= epoch:
                 break
-            fraction = _match_fraction(orders[epoch], orders[earlier])
+            fraction = _match_fraction(coverage, epoch, earlier, full)
             if fraction > SAME_ORDER:
                 out.setdefault(cause[-1].ordinal, []).append(
                     {"epoch": epoch, "same_order_as": earlier, "match": round(fraction, 4)}
@@ -153,19 +150,17 @@ def _declared_unshuffled(run: RunData) -> bool:
     return flags == {False}
 
 
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    return _match_fraction(a, b) > SAME_ORDER
-
-
-def _match_fraction(a: np.ndarray, b: np.ndarray) -> float:
-    n = min(a.size, b.size)
+def _match_fraction(coverage: Coverage, a: int, b: int, n: int) -> float:
+    """Share of the first ``n`` positions where epochs ``a`` and ``b`` consumed the same id.
+    The leading ``ORDER_HEAD`` positions decide unless they look alike; only then are the
+    whole orders read."""
     if n == 0:
         return 0.0
-    head = min(n, SIGNATURE)
-    quick = float(np.mean(a[:head] == b[:head]))
+    head = min(n, ORDER_HEAD)
+    quick = float(np.mean(coverage.order_head(a)[:head] == coverage.order_head(b)[:head]))
     if quick <= SAME_ORDER or head == n:
         return quick
-    return float(np.mean(a[:n] == b[:n]))
+    return float(np.mean(coverage.ids(a)[:n] == coverage.ids(b)[:n]))
 
 
 def _finding(resume: SegmentInfo, evidence: dict[str, Any]) -> Finding | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.analysis.coverage import CoverageMap
+from app.analysis.coverage import Coverage, CoverageMap
 from app.analysis.coverage_grid import coverage_grid
 from app.analysis.drift import analyze_drift
 from app.analysis.epochs import EpochPlan, plan_epochs
@@ -56,11 +56,15 @@ class AnalysisReport:
     coverage: dict[str, Any] | None = None  # the heatmap grid, for the dashboard
 
 
-def analyze_run(run: RunData) -> AnalysisReport:
-    plan = plan_epochs(run)
-    coverage = None
-    if plan is not None and run.trace is not None and run.trace.size:
-        coverage = CoverageMap(run.trace, plan)
+def analyze_run(run: RunData, coverage: Coverage | None = None) -> AnalysisReport:
+    """Every analyzer on ``run``. ``coverage``, when given, is the trace's coverage already
+    counted elsewhere (merged from per-epoch summaries), and its plan is the run's plan."""
+    if coverage is not None:
+        plan: EpochPlan | None = coverage.plan
+    else:
+        plan = plan_epochs(run)
+        if plan is not None and run.trace is not None and run.trace.size:
+            coverage = CoverageMap(run.trace, plan)
     order = analyze_order(run, plan, coverage)
     findings = [
         *analyze_state(run),

@@ -151,7 +151,7 @@ def first_divergence(
     for row in range(lo, hi):
         step = int(trace.steps[row])
         want = design.step_ids(plan, step)
-        got = trace.ids[offsets[row] : offsets[row + 1]]
+        got = trace.id_slice(int(offsets[row]), int(offsets[row + 1]))
         if got.size != want.size or not (
             np.array_equal(got, want) or np.array_equal(np.sort(got), np.sort(want))
         ):

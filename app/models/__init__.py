@@ -2,6 +2,7 @@
 
 from app.models.access import ApiToken
 from app.models.alert import Alert, AlertChannel, AlertDelivery, AlertRule, AlertSilence
+from app.models.analysis import AnalysisBatch, AnalysisPart
 from app.models.base import Base
 from app.models.checkpoint import Checkpoint, CheckpointComponent
 from app.models.finding import Finding
@@ -18,6 +19,8 @@ __all__ = [
     "AlertDelivery",
     "AlertRule",
     "AlertSilence",
+    "AnalysisBatch",
+    "AnalysisPart",
     "ApiToken",
     "Base",
     "Checkpoint",

@@ -53,6 +53,8 @@ class Run(Base):
     num_steps: Mapped[int] = mapped_column(Integer, default=0)
     num_segments: Mapped[int] = mapped_column(Integer, default=0)
     source_sha256: Mapped[str | None] = mapped_column(String(64))
+    # bumped whenever the run's rows are replaced: an analysis in parts checks it (analysis.py)
+    data_generation: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     verdict: Mapped[str | None] = mapped_column(String(10), index=True)  # pass, warn, fail
     analysis: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     analyzed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

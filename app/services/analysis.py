@@ -1,4 +1,8 @@
-"""Runs the analyzers on a stored run and stores findings, verdicts and repair advice."""
+"""Runs the analyzers on a stored run and stores findings, verdicts and repair advice.
+
+A large run's coverage may come from an analysis in parts (``analysis_parts``): ``analyze``
+then merges the parts' epoch summaries and reads the trace paged, never whole.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +12,34 @@ import numpy as np
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
+from app.analysis.coverage_parts import EpochSummary, MergedCoverage
+from app.analysis.epochs import EpochPlan, plan_epochs
 from app.analysis.model import CheckpointInfo, RunData, SegmentInfo, Series, Trace
 from app.analysis.report import AnalysisReport, analyze_run
-from app.models import Checkpoint, Finding, MetricSeries, Run, SampleChunk, Segment
-from app.services import run_telemetry
+from app.models import AnalysisBatch, Checkpoint, Finding, MetricSeries, Run, Segment
+from app.services import run_telemetry, traces
 from app.services.metrics import SeriesPoints, read_points
-from app.store.arrays import INT32, INT64, UINT16, unpack
+from app.store.summaries import decode_summaries
 
 ANALYZED_METRICS = ("loss", "lr", "grad_norm", "loss_scale")
 
 
-def analyze(*, session: Session, run_id: int) -> AnalysisReport:
-    """Analyze a run and replace its findings and verdicts in the caller's transaction."""
+class StaleAnalysis(Exception):
+    """The parts of an analysis were computed from data a newer ingest has replaced."""
+
+
+def analyze(*, session: Session, run_id: int, batch_id: int | None = None) -> AnalysisReport:
+    """Analyze a run and replace its findings and verdicts in the caller's transaction.
+
+    ``batch_id``: merge that analysis batch's finished parts (and delete the batch) instead of
+    counting the coverage here."""
     run = session.get(Run, run_id)
     if run is None:
         raise LookupError(f"run {run_id} does not exist")
-    report = analyze_run(load_run_data(session=session, run=run))
+    if batch_id is None:
+        report = analyze_run(load_run_data(session=session, run=run))
+    else:
+        report = _merge_batch(session, run, batch_id)
     session.execute(delete(Finding).where(Finding.run_id == run_id))
     segment_ids = dict(
         session.execute(select(Segment.ordinal, Segment.id).where(Segment.run_id == run_id)).all()
@@ -61,6 +77,45 @@ def analyze(*, session: Session, run_id: int) -> AnalysisReport:
     return report
 
 
+def _merge_batch(session: Session, run: Run, batch_id: int) -> AnalysisReport:
+    batch = session.get(AnalysisBatch, batch_id)
+    if batch is None or batch.run_id != run.id:
+        raise LookupError(f"analysis batch {batch_id} of run {run.id} does not exist")
+    if batch.generation != run.data_generation:
+        raise StaleAnalysis(
+            f"analysis batch {batch_id} read generation {batch.generation} of run {run.id},"
+            f" which now holds generation {run.data_generation}"
+        )
+    summaries: list[EpochSummary] = []
+    for part in batch.items:
+        if part.summary is None:
+            raise ValueError(f"part {part.ordinal} of analysis batch {batch_id} is not done")
+        summaries.extend(decode_summaries(part.summary))
+    data = load_run_data(session=session, run=run, paged=True)
+    assert data.trace is not None
+    coverage = MergedCoverage(EpochPlan(**batch.plan), summaries, data.trace)
+    report = analyze_run(data, coverage=coverage)
+    session.delete(batch)
+    return report
+
+
+def plan_run(*, session: Session, run: Run) -> tuple[EpochPlan | None, Trace | None]:
+    """The run's epoch plan, and its effective trace paged (the plan reads only the ids of the
+    trace's head, or every chunk once for the largest id when the run declares no dataset
+    size)."""
+    trace = traces.read_paged(session, run.id)
+    checkpoints = _checkpoint_rows(session, run)
+    data = RunData(
+        segments=_segments(session, run, checkpoints),
+        checkpoints=[_checkpoint(c) for c in checkpoints],
+        trace=trace,
+        dataset_size=run.dataset_size,
+        global_batch_size=run.global_batch_size,
+        config=run.config or {},
+    )
+    return plan_epochs(data), trace
+
+
 def _severity_counts(report: AnalysisReport) -> dict[str, int]:
     counts = {"critical": 0, "warning": 0, "info": 0}
     for finding in report.findings:
@@ -68,14 +123,49 @@ def _severity_counts(report: AnalysisReport) -> dict[str, int]:
     return counts
 
 
-def load_run_data(*, session: Session, run: Run) -> RunData:
-    checkpoints = list(
+def load_run_data(*, session: Session, run: Run, paged: bool = False) -> RunData:
+    """Everything the analyzers read; ``paged``: the effective trace's ids stay in the database
+    and are read when asked (valid while ``session`` is open)."""
+    checkpoints = _checkpoint_rows(session, run)
+    metrics: dict[str, Series] = {}
+    replayed: dict[str, Series] = {}
+    for series in session.scalars(
+        select(MetricSeries).where(
+            MetricSeries.run_id == run.id, MetricSeries.key.in_(ANALYZED_METRICS)
+        )
+    ):
+        metrics[series.key] = _series(read_points(session=session, series_id=series.id))
+        if series.num_superseded:
+            replayed[series.key] = _series(
+                read_points(session=session, series_id=series.id, superseded=True)
+            )
+    return RunData(
+        segments=_segments(session, run, checkpoints),
+        checkpoints=[_checkpoint(c) for c in checkpoints],
+        metrics=metrics,
+        replayed_metrics=replayed,
+        trace=traces.read_paged(session, run.id)
+        if paged
+        else traces.read_trace(session, run.id, superseded=False),
+        replayed_trace=traces.read_trace(session, run.id, superseded=True),
+        dataset_size=run.dataset_size,
+        global_batch_size=run.global_batch_size,
+        config=run.config or {},
+        telemetry=run_telemetry.traces(session, run),
+    )
+
+
+def _checkpoint_rows(session: Session, run: Run) -> list[Checkpoint]:
+    return list(
         session.scalars(
             select(Checkpoint).where(Checkpoint.run_id == run.id).order_by(Checkpoint.step)
         )
     )
+
+
+def _segments(session: Session, run: Run, checkpoints: list[Checkpoint]) -> list[SegmentInfo]:
     names = {c.id: (c.name, c.step) for c in checkpoints}
-    segments = [
+    return [
         SegmentInfo(
             ordinal=s.ordinal,
             start_step=s.start_step,
@@ -92,56 +182,10 @@ def load_run_data(*, session: Session, run: Run) -> RunData:
             select(Segment).where(Segment.run_id == run.id).order_by(Segment.ordinal)
         )
     ]
-    metrics: dict[str, Series] = {}
-    replayed: dict[str, Series] = {}
-    for series in session.scalars(
-        select(MetricSeries).where(
-            MetricSeries.run_id == run.id, MetricSeries.key.in_(ANALYZED_METRICS)
-        )
-    ):
-        metrics[series.key] = _series(read_points(session=session, series_id=series.id))
-        if series.num_superseded:
-            replayed[series.key] = _series(
-                read_points(session=session, series_id=series.id, superseded=True)
-            )
-    return RunData(
-        segments=segments,
-        checkpoints=[_checkpoint(c) for c in checkpoints],
-        metrics=metrics,
-        replayed_metrics=replayed,
-        trace=_trace(session, run.id, superseded=False),
-        replayed_trace=_trace(session, run.id, superseded=True),
-        dataset_size=run.dataset_size,
-        global_batch_size=run.global_batch_size,
-        config=run.config or {},
-        telemetry=run_telemetry.traces(session, run),
-    )
 
 
 def _series(points: SeriesPoints) -> Series:
     return Series(points.steps, points.values, points.times, points.segments)
-
-
-def _trace(session: Session, run_id: int, *, superseded: bool) -> Trace | None:
-    rows = session.execute(
-        select(
-            SampleChunk.steps,
-            SampleChunk.counts,
-            SampleChunk.ids,
-            SampleChunk.segments,
-            SampleChunk.id_dtype,
-        )
-        .where(SampleChunk.run_id == run_id, SampleChunk.superseded == superseded)
-        .order_by(SampleChunk.seq)
-    ).all()
-    if not rows:
-        return None
-    return Trace(
-        steps=np.concatenate([unpack(r.steps, INT64) for r in rows]),
-        counts=np.concatenate([unpack(r.counts, INT32) for r in rows]).astype(np.int64),
-        ids=np.concatenate([unpack(r.ids, r.id_dtype) for r in rows]).astype(np.int64, copy=False),
-        segments=np.concatenate([unpack(r.segments, UINT16) for r in rows]),
-    )
 
 
 def _checkpoint(c: Checkpoint) -> CheckpointInfo:

@@ -137,6 +137,9 @@ class _Progress:
 
 
 AlertSink = Callable[[list[int]], None]
+# (job id, claim token, run id) -> whether the analysis went to parts that finish the job
+# (``analysis_parts.start``); the ingest task passes it, direct callers analyse in one go
+SplitAnalysis = Callable[[int, str, int], bool]
 
 
 def run_job(
@@ -146,6 +149,7 @@ def run_job(
     job_id: int,
     on_alerts: AlertSink | None = None,
     claim_token: str | None = None,
+    split: SplitAnalysis | None = None,
 ) -> IngestJob:
     """Do one ingest job. Safe to call again for the same job (a redelivered task): a job that
     is finished, or held by another worker, is returned as it is.
@@ -167,7 +171,7 @@ def run_job(
     try:
         with Heartbeat(engine, job_id, token, settings.job_heartbeat_s) as heartbeat:
             return _run_claimed(
-                engine, settings, job_id, token, source, stored, heartbeat, on_alerts
+                engine, settings, job_id, token, source, stored, heartbeat, on_alerts, split
             )
     except ClaimLost:
         log.warning("ingest job %s was taken over by another worker; this try stops", job_id)
@@ -186,6 +190,7 @@ def _run_claimed(
     stored: int | None,
     heartbeat: Heartbeat,
     on_alerts: AlertSink | None,
+    split: SplitAnalysis | None = None,
 ) -> IngestJob:
     unchanged = _unchanged_run(engine, source)
     if unchanged is not None:
@@ -211,6 +216,11 @@ def _run_claimed(
         return _fail(
             engine, job_id, token, f"internal error: {type(exc).__name__}: {exc}", warnings
         )
+    if split is not None and split(job_id, token, run_id):
+        with session_scope(engine) as session:  # running: its analysis parts finish it
+            job = session.get(IngestJob, job_id)
+            assert job is not None
+            return job
     return _analyze_and_finish(engine, job_id, token, run_id, on_alerts)
 
 
@@ -265,17 +275,36 @@ def _finish_unchanged(engine: Engine, job_id: int, token: str, run_id: int) -> I
         )
 
 
+def finish_with_parts(
+    engine: Engine,
+    job_id: int,
+    token: str,
+    run_id: int,
+    batch_id: int,
+    on_alerts: AlertSink | None = None,
+) -> IngestJob:
+    """The end of a job whose analysis ran in parts (``analysis_parts``): merge them, then as
+    for any job."""
+    return _analyze_and_finish(engine, job_id, token, run_id, on_alerts, batch_id=batch_id)
+
+
 def _analyze_and_finish(
-    engine: Engine, job_id: int, token: str, run_id: int, on_alerts: AlertSink | None = None
+    engine: Engine,
+    job_id: int,
+    token: str,
+    run_id: int,
+    on_alerts: AlertSink | None = None,
+    *,
+    batch_id: int | None = None,
 ) -> IngestJob:
     """Analyze the stored run and evaluate its alerts, then mark the job succeeded. An analyzer
     bug does not lose the ingested data: the job still succeeds, with the error among its
-    warnings."""
+    warnings. ``batch_id``: the analysis merges that batch of parts (``analysis_parts``)."""
     problem: str | None = None
     deliveries: list[int] = []
     try:
         with session_scope(engine) as session:
-            analysis_service.analyze(session=session, run_id=run_id)
+            analysis_service.analyze(session=session, run_id=run_id, batch_id=batch_id)
             deliveries = _evaluate_alerts(session, run_id)
             fenced_update(session, job_id, token)  # commit nothing once the job is another's
     except (OperationalError, InterfaceError, ClaimLost):

@@ -126,6 +126,7 @@ def replace_run_data(
     """Delete what the run held and write the parsed source in its place. Returns row counts."""
     for model in (Finding, Event, MetricSeries, SampleChunk, Segment, Checkpoint):
         session.execute(delete(model).where(model.run_id == run.id))
+    run.data_generation = (run.data_generation or 0) + 1  # parts of older analyses are stale
     session.flush()
 
     checkpoints = _write_checkpoints(session, run, parsed)
