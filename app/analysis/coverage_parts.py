@@ -94,6 +94,7 @@ class MergedCoverage:
                 f" {reached.start}-{reached.stop - 1} exactly once"
             )
         self.epochs: list[EpochCoverage] = [self._parts[e].coverage for e in reached]
+        self._orders: dict[int, np.ndarray] = {}  # the last two whole orders read
 
     def unseen_mask(self, epoch: int) -> np.ndarray:
         bits = np.unpackbits(self._parts[epoch].unseen, count=self.plan.dataset_size)
@@ -106,7 +107,15 @@ class MergedCoverage:
         return self._parts[epoch].head
 
     def ids(self, epoch: int) -> np.ndarray:
-        return epoch_ids(self.trace, self.plan, epoch)
+        """The epoch's whole order, read from the trace (a repeat check compares each later
+        epoch with the same earlier one: the last two stay)."""
+        ids = self._orders.pop(epoch, None)
+        if ids is None:
+            ids = epoch_ids(self.trace, self.plan, epoch)
+        self._orders[epoch] = ids
+        while len(self._orders) > 2:
+            del self._orders[next(iter(self._orders))]
+        return ids
 
     def grid_sums(self, epoch: int) -> GridSums:
         return self._parts[epoch].grid

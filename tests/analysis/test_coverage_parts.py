@@ -241,3 +241,16 @@ def test_parts_are_whole_epochs_of_about_the_asked_size() -> None:
     assert epoch_parts(plan, 1000, 10) == [range(e, e + 1) for e in range(10)]
     assert epoch_parts(plan, 1000, 10**9) == [range(0, 10)]
     assert step_window(plan, range(2, 4)) == (201, 400)
+
+
+def test_a_repeated_order_is_confirmed_reading_each_epoch_once() -> None:
+    """Epochs 3-5 replay epoch 2's order: their first ORDER_HEAD ids agree, so the whole orders
+    (longer than that) are compared, and epoch 2 is read once for all three."""
+    n = 70_000
+    run = build_run(fault="set_epoch_forgotten", n=n, batch=1_000, resume=150, crash=160, every=50)
+    assert_same_report(run, 1)
+    report, reader = split_analysis(run, 1)
+    (finding,) = [f for f in report.findings if f.severity != "info"]
+    assert [r["epoch"] for r in finding.evidence["repeated_epochs"]] == [3, 4, 5]
+    whole_orders = 4 * n  # epochs 2, 3, 4 and 5
+    assert whole_orders <= reader.read_ids < whole_orders + 20 * 1_000
