@@ -57,7 +57,8 @@ def run(scale: Scale) -> list[Row]:
     rows = [
         Row(
             f"sample trace {steps:,} x {batch:,} ({ids / 1e6:g}M ids) → SQLite: whole ingest job",
-            f"{fmt_seconds(job['whole_seconds'])}, {job['peak_rss_mb']:,} MB",
+            f"{fmt_seconds(job['whole_seconds'])} (CPU {fmt_seconds(job['whole_cpu_seconds'])}),"
+            f" {job['peak_rss_mb']:,} MB",
             details={
                 "runwatch": job,
                 "phases": f"store source {s['source']:.1f} s, parse {s['parse']:.1f} s,"
