@@ -53,6 +53,11 @@ def error_response(
     return JSONResponse(error_body(status, message, details), status_code=status, headers=headers)
 
 
+def database_unavailable() -> JSONResponse:
+    """503 while the database is away: clients retry (``Retry-After``), nothing was changed."""
+    return error_response(503, "database unavailable", headers={"Retry-After": "5"})
+
+
 def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
     return [
         {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type", "")}
@@ -77,7 +82,7 @@ def install(api: FastAPI) -> None:
     @api.exception_handler(OperationalError)
     async def database_down(request: Request, exc: OperationalError) -> JSONResponse:
         log.warning("database unavailable: %s", type(exc.orig).__name__)
-        return error_response(503, "database unavailable", headers={"Retry-After": "5"})
+        return database_unavailable()
 
     @api.exception_handler(OverflowError)
     async def number_too_large(request: Request, exc: OverflowError) -> JSONResponse:
@@ -90,7 +95,7 @@ def install(api: FastAPI) -> None:
     @api.exception_handler(DBAPIError)
     async def database_error(request: Request, exc: DBAPIError) -> JSONResponse:
         if exc.connection_invalidated:
-            return error_response(503, "database unavailable", headers={"Retry-After": "5"})
+            return database_unavailable()
         log.exception("database error on %s %s", request.method, request.url.path)
         return error_response(500, "internal error")
 

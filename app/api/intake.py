@@ -9,7 +9,10 @@ bytes received pass the limit; an upload without a token that may write is refus
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import FastAPI, HTTPException
+from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -18,8 +21,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.auth import authorize, current_principal, require_token
 from app.api.deps import app_session, app_settings
-from app.api.errors import error_response
+from app.api.errors import database_unavailable, error_response
 from app.config import MiB
+
+log = logging.getLogger(__name__)
 
 UPLOADS = frozenset({"/api/v1/ingest"})  # limited by RUNWATCH_MAX_UPLOAD_BYTES
 MAX_BODY_BYTES = 64 * MiB  # every other request body: JSON batches, forms, Dash callbacks
@@ -97,4 +102,7 @@ def _refuse_uploader(api: FastAPI, request: Request) -> Response | None:
     except HTTPException as exc:
         headers = dict(exc.headers) if exc.headers else None
         return error_response(exc.status_code, str(exc.detail), headers=headers)
+    except OperationalError:  # a middleware: the app's exception handlers do not see this
+        log.warning("database unavailable: upload refused")
+        return database_unavailable()
     return None

@@ -50,7 +50,7 @@ def create_app(mount_dashboard: bool = True) -> FastAPI:
         try:
             session.execute(text("SELECT 1"))
         except SQLAlchemyError:
-            raise HTTPException(503, "database unavailable") from None
+            raise HTTPException(503, "database unavailable", {"Retry-After": "5"}) from None
         return {"status": "ok"}
 
     if mount_dashboard:
