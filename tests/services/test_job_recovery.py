@@ -217,3 +217,24 @@ def test_ingest_path_still_runs_a_job_start_to_finish(
     done = ingest_path(engine, settings, example_runs / "clean")
     assert (done.state, done.attempts, done.phase) == ("succeeded", 1, None)
     assert done.heartbeat_at is not None
+
+
+def test_beat_runs_the_sweep_on_the_alerts_queue_and_redis_redelivers_in_time(
+    tmp_path: Path,
+) -> None:
+    from workers.celery_app import create_celery
+
+    settings = Settings(
+        home=tmp_path,
+        broker_url="redis://127.0.0.1:6379/0",
+        job_sweep_interval_s=7,
+        broker_visibility_timeout_s=1200,
+    )
+    conf = create_celery(settings).conf
+    assert conf.beat_schedule["recover-jobs"] == {
+        "task": "runwatch.recover_jobs",
+        "schedule": 7.0,
+    }
+    assert conf.task_routes["runwatch.recover_jobs"] == {"queue": "alerts"}
+    assert conf.broker_transport_options == {"visibility_timeout": 1200.0}
+    assert Settings().broker_visibility_timeout_s > Settings().alert_retry_max_s
