@@ -147,13 +147,14 @@ def _init_worker(url: str, settings: Settings) -> None:
     _URL, _SETTINGS = url, settings
 
 
-def _run_part(part_id: int) -> tuple[int | None, float]:
-    """A worker process: ``runwatch.analysis_part`` without Celery."""
+def _run_part(part_id: int) -> tuple[int | None, float, float]:
+    """A worker process: ``runwatch.analysis_part`` without Celery. Returns the batch id from
+    the last part, wall seconds and this process's CPU seconds."""
     assert _SETTINGS is not None
     engine = _worker_engine()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     batch = analysis_parts.run_part(engine=engine, settings=_SETTINGS, part_id=part_id)
-    return batch, time.perf_counter() - started
+    return batch, time.perf_counter() - started, time.process_time() - cpu
 
 
 _ENGINE: Engine | None = None
@@ -194,8 +195,9 @@ def in_parts(
         started = time.perf_counter()
         results = pool.map(_run_part, parts, chunksize=1)
         out["map_seconds"] = round(time.perf_counter() - started, 2)
-    out["part_seconds"] = [round(s, 2) for _, s in results]
-    (batch_id,) = [b for b, _ in results if b is not None]
+    out["part_seconds"] = [round(s, 2) for _, s, _ in results]
+    out["map_cpu_seconds"] = round(sum(c for _, _, c in results), 2)
+    (batch_id,) = [b for b, _, _ in results if b is not None]
     started = time.perf_counter()
     job = analysis_parts.merge(engine=engine, settings=settings, batch_id=batch_id)
     out["merge_seconds"] = round(time.perf_counter() - started, 2)
@@ -243,10 +245,11 @@ def measure(args: argparse.Namespace, home: Path) -> dict[str, Any]:
         "store_seconds": round(time.perf_counter() - started, 2),
     }
     del run
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     with session_scope(engine) as session:
         report = analysis_service.analyze(session=session, run_id=run_id)
     result["one_task_seconds"] = round(time.perf_counter() - started, 2)
+    result["one_task_cpu_seconds"] = round(time.process_time() - cpu, 2)
     result["verdict"] = report.verdict
     whole = stored_findings(engine, run_id)
     result["split"] = []
