@@ -20,7 +20,7 @@ from bench.common import Row, Scale, machine
 
 BENCHMARKS = {
     "metrics_ingest": "metric ingest into SQLite and PostgreSQL vs MLflow log_batch",
-    "file_import": "TensorBoard import vs EventAccumulator; W&B offline import vs wandb's reader",
+    "file_import": "TensorBoard import vs EventAccumulator; W&B offline import (no baseline)",
     "sample_trace": "100M sample ids: ingest through the product, and the coverage analysis",
     "dashboard_data": "a 1M-step metric downsampled to 2,000 points over the API",
     "api_load": "verdict and runs list under wrk load on loopback",
