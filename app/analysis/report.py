@@ -296,9 +296,12 @@ def _restore_hint(primary: Finding | None) -> str:
 def checkpoint_verdicts(run: RunData, suspects: dict[int, Finding]) -> list[CheckpointVerdict]:
     """Is each checkpoint safe to resume from or promote, and if not, why."""
     taints = sorted(
-        (s.resume_step, suspects[s.ordinal])
-        for s in run.resumes
-        if s.ordinal in suspects and s.resume_step is not None
+        (
+            (s.resume_step, suspects[s.ordinal])
+            for s in run.resumes
+            if s.ordinal in suspects and s.resume_step is not None
+        ),
+        key=lambda taint: taint[0],  # two resumes from one step: in resume order
     )
     out = []
     for ckpt in run.checkpoints:

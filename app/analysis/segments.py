@@ -7,6 +7,7 @@ recorded exit step, or as a row stamped after the next process started.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -85,7 +86,8 @@ def infer_segments(
         first = int(steps[row])
         start = 0 if ordinal == 0 and first <= interval else first - 1
         if ordinal > 0:
-            start = max((s for s in saved if s <= first - 1), default=start)
+            before = bisect_right(saved, first - 1)  # the latest checkpoint before the row
+            start = saved[before - 1] if before else start
         segments.append(
             SegmentSpec(
                 ordinal=ordinal,
@@ -106,12 +108,26 @@ def _restart_pauses(times: np.ndarray, busy: Sequence[tuple[float, float]]) -> n
     typical = float(np.nanmedian(dt)) if np.isfinite(dt).any() else 0.0
     threshold = max(RESTART_GAP_SECONDS, RESTART_GAP_STEPS * typical)
     long = np.nan_to_num(dt, nan=0.0) > threshold
-    for row in np.flatnonzero(long).tolist():
-        start, end = float(times[row]), float(times[row + 1])
-        saving = sum(max(0.0, min(e, end) - max(s, start)) for s, e in busy)
-        if (end - start) - saving <= threshold:
-            long[row] = False  # a slow save explains the pause: not a restart
+    rows = np.flatnonzero(long)
+    if rows.size and busy:
+        start, end = times[rows], times[rows + 1]
+        saving = _busy_until(end, busy) - _busy_until(start, busy)
+        long[rows[(end - start) - saving <= threshold]] = False  # a slow save explains it
     return long
+
+
+def _busy_until(t: np.ndarray, busy: Sequence[tuple[float, float]]) -> np.ndarray:
+    """For each time in ``t``, the seconds of ``busy`` intervals before it (an interval counted
+    once for each time it is listed), so that ``_busy_until(b) - _busy_until(a)`` is the busy
+    time within ``[a, b]``: prefix sums over the sorted starts and ends, not a loop per pair."""
+    spans = np.asarray(busy, dtype=np.float64).reshape(-1, 2)
+    spans = spans[np.isfinite(spans).all(axis=1) & (spans[:, 0] <= spans[:, 1])]
+    total = np.zeros(t.size)
+    for edge, sign in ((np.sort(spans[:, 0]), 1.0), (np.sort(spans[:, 1]), -1.0)):
+        before = np.searchsorted(edge, t)  # edges strictly before t (those at t add nothing)
+        summed = np.concatenate(([0.0], np.cumsum(edge)))
+        total += sign * (before * t - summed[before])  # sum of max(0, t - edge)
+    return total
 
 
 def assign_rows(
@@ -125,24 +141,37 @@ def assign_rows(
     prev, cur = steps[:-1], steps[1:]
     went_back = cur < prev
     repeated = cur == prev
+    starts = []
     start = 0
     for k in range(len(segments) - 1):
         current, nxt = segments[k], segments[k + 1]
-        lo = start  # boundary candidates are rows lo+1 .. n-1, i.e. pair indices lo .. n-2
-        boundary = went_back[lo:].copy()
-        if nxt.start_step is None:
-            boundary |= repeated[lo:]
-        else:
-            boundary |= repeated[lo:] & (cur[lo:] > nxt.start_step)
-        if current.end_step is not None:
-            boundary |= prev[lo:] >= current.end_step
-        if times is not None and nxt.started_at is not None:
-            boundary |= times[lo + 1 :] >= nxt.started_at
-        hits = np.flatnonzero(boundary)
-        if hits.size == 0:
+        # boundary candidates are rows start+1 .. n-1, i.e. pair indices start .. n-2, looked
+        # at in growing windows: the rows a segment spans are looked at a bounded number of
+        # times, so many segments over many rows cost no more than the rows
+        lo, width, hit = start, 256, None
+        while hit is None and lo < n - 1:
+            hi = min(lo + width, n - 1)
+            boundary = went_back[lo:hi].copy()
+            if nxt.start_step is None:
+                boundary |= repeated[lo:hi]
+            else:
+                boundary |= repeated[lo:hi] & (cur[lo:hi] > nxt.start_step)
+            if current.end_step is not None:
+                boundary |= prev[lo:hi] >= current.end_step
+            if times is not None and nxt.started_at is not None:
+                boundary |= times[lo + 1 : hi + 1] >= nxt.started_at
+            hits = np.flatnonzero(boundary)
+            if hits.size:
+                hit = lo + int(hits[0])
+            lo, width = hi, width * 2
+        if hit is None:
             break
-        start = lo + 1 + int(hits[0])
-        out[start:] = k + 1
+        start = hit + 1
+        starts.append(start)
+    if starts:
+        marks = np.zeros(n, dtype=np.int64)
+        marks[starts] = 1
+        out[:] = np.cumsum(marks)  # the number of segment starts at or before each row
     return out
 
 
@@ -153,8 +182,7 @@ def complete_from_rows(
     times: np.ndarray | None = None,
 ) -> None:
     """Fill what events did not record (end step, start/end time) from each segment's rows."""
-    for seg in segments:
-        rows = np.flatnonzero(ordinals == seg.ordinal)
+    for seg, rows in zip(segments, _rows_of(segments, ordinals), strict=True):
         if rows.size == 0:
             continue
         if seg.end_step is None:
@@ -166,6 +194,18 @@ def complete_from_rows(
                 seg.started_at = _at(times, int(rows[0]))
             if seg.ended_at is None:
                 seg.ended_at = _at(times, int(rows[-1]))
+
+
+def _rows_of(segments: Sequence[SegmentSpec], ordinals: np.ndarray) -> list[np.ndarray]:
+    """Each segment's rows. Ordinals as assign_rows gives them (non-decreasing) make each
+    segment one slice, found for all segments in one search instead of a pass each."""
+    keys = np.asarray([seg.ordinal for seg in segments], dtype=np.int64)
+    if ordinals.size > 1 and not bool((ordinals[1:] >= ordinals[:-1]).all()):
+        return [np.flatnonzero(ordinals == key) for key in keys.tolist()]
+    ordered = ordinals.astype(np.int64)
+    first = np.searchsorted(ordered, keys, side="left").tolist()
+    after = np.searchsorted(ordered, keys, side="right").tolist()
+    return [np.arange(a, b) for a, b in zip(first, after, strict=True)]
 
 
 def unexpected_restarts(steps: np.ndarray, ordinals: np.ndarray) -> list[int]:

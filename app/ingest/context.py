@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import tarfile
-import zipfile
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -13,7 +10,7 @@ from typing import IO, Any
 from app.ingest.aliases import AliasTable
 from app.ingest.errors import IngestError, Warnings
 from app.ingest.jsonl import iter_json_blocks, iter_json_objects, parse_json
-from app.ingest.source import SourceTree
+from app.ingest.source import READ_ERRORS, SourceTree
 
 MAX_JSON_DOC_BYTES = 16 << 20
 
@@ -32,7 +29,7 @@ class ReadContext:
         try:
             with self.tree.open(path) as stream:
                 yield stream
-        except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, OSError) as exc:
+        except READ_ERRORS as exc:
             raise IngestError(f"could not be read ({exc})", file=path) from None
 
     def objects(self, path: str, stream: IO[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -262,7 +262,7 @@ def _generator_seed(state: Any) -> int | None:
     if isinstance(state, list) and all(type(b) is int and 0 <= b < 256 for b in state[:8]):
         try:
             state = bytes(state)
-        except ValueError:
+        except (ValueError, TypeError):  # a later element that is not a byte
             return None
     if not isinstance(state, (bytes, bytearray)) or len(state) not in _GENERATOR_STATE_SIZES:
         return None

@@ -52,6 +52,7 @@ def read_source(ctx: ReadContext) -> ParsedRun:
         parsed = reader.read(ctx, root)
         if reader.name != RunDirectoryReader.name:
             RunDirectoryReader(ctx, _companion_root(ctx.tree, root)).add_companions(parsed)
+        parsed.source_name = ctx.tree.name
         return parsed
     names = ", ".join(r.name for r in readers()[1:])
     others = f", and not a {names} run" if names else ""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from app.ingest.context import ReadContext
@@ -130,15 +131,25 @@ def _component_of(rel: str) -> str | None:
     return None
 
 
-def is_checkpoint(folder: str, files: set[str]) -> bool:
-    """A folder the Trainer saved a checkpoint into (not the output folder's final state)."""
+def state_folders(files: Iterable[str]) -> set[str]:
+    """Folders holding a checkpoint's state: an optimizer, scheduler, RNG or scaler file, or
+    anything named ``rng_state_*``. One pass over the files, for :func:`is_checkpoint`."""
+    found: set[str] = set()
+    for path in files:
+        parts = path.split("/")
+        if parts[-1] in _CHECKPOINT_FILES:
+            found.add("/".join(parts[:-1]))
+        for depth, part in enumerate(parts):
+            if part.startswith("rng_state_"):
+                found.add("/".join(parts[:depth]))
+    return found
+
+
+def is_checkpoint(folder: str, states: set[str]) -> bool:
+    """A folder the Trainer saved a checkpoint into (not the output folder's final state);
+    ``states`` is :func:`state_folders` of the source's files."""
     name = folder.rsplit("/", 1)[-1]
-    if name and CHECKPOINT_DIR.fullmatch(name):
-        return True
-    prefix = f"{folder}/" if folder else ""
-    return any(prefix + f in files for f in _CHECKPOINT_FILES) or any(
-        f.startswith(prefix + "rng_state_") for f in files
-    )
+    return bool(name and CHECKPOINT_DIR.fullmatch(name)) or folder in states
 
 
 def jsonable(value: Any) -> Any:

@@ -31,7 +31,7 @@ class State:
     doc: dict[str, Any]
     step: int
     entries: list[dict[str, Any]]
-    keys: list[str]  # one comparable string per entry
+    keys: np.ndarray  # one code per entry (int64): equal entries, equal codes
     checkpoint: bool
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from app.ingest.context import ReadContext
 from app.ingest.errors import IngestError
 from app.ingest.hf_history import (
@@ -42,13 +44,13 @@ def resume_segments(ctx: ReadContext, states: list[State]) -> list[Segment]:
     step, the newest last."""
     main = states[-1]
     first_save = min((s.step for s in states if s.checkpoint), default=None)
-    leaves: dict[tuple[str, ...], State] = {}
+    leaves: dict[bytes, State] = {}
     for state in states[:-1]:
         shared = _lcp(state.keys, main.keys)
         if shared == len(state.keys):
             continue  # a prefix of the newest history: nothing was lost
         _check_same_run(state, main, shared, first_save)
-        leaves.setdefault(tuple(state.keys), state)
+        leaves.setdefault(state.keys.tobytes(), state)
     branches = [
         s
         for s in leaves.values()
@@ -173,12 +175,11 @@ def _latest_checkpoint(states: list[State], lineage: State, *, lo: int, hi: int)
     return max(found, key=lambda s: s.step) if found else None
 
 
-def _lcp(a: list[str], b: list[str]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+def _lcp(a: np.ndarray, b: np.ndarray) -> int:
+    """How many entries two histories share from their start (one C-level pass)."""
+    n = min(a.size, b.size)
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if differ.size else n
 
 
 def _first(pair: tuple[int, State]) -> int:

@@ -28,6 +28,7 @@ from app.ingest.hf_checkpoints import (
     checkpoint_record,
     is_checkpoint,
     jsonable,
+    state_folders,
 )
 from app.ingest.hf_history import State, history_tables
 from app.ingest.hf_resumes import lifecycle, resume_segments, split_epoch_resets
@@ -37,6 +38,7 @@ from app.ingest.source import SourceTree
 
 STATE_FILE = "trainer_state.json"
 LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+MAX_STATES = 1000  # checkpoint states of one run: their histories are compared pairwise
 
 
 class HFTrainerReader:
@@ -50,7 +52,8 @@ class HFTrainerReader:
         folders = {_parent(f) for f in files if f.rsplit("/", 1)[-1] == STATE_FILE}
         if not folders:
             return None
-        roots = {_parent(f) if f and is_checkpoint(f, present) else f for f in sorted(folders)}
+        state_dirs = state_folders(present)
+        roots = {_parent(f) if f and is_checkpoint(f, state_dirs) else f for f in sorted(folders)}
         depth = min(_depth(r) for r in roots)
         top = sorted(r for r in roots if _depth(r) == depth)
         if len(top) > 1:
@@ -73,6 +76,8 @@ class _Read:
         self.ctx = ctx
         self.root = root
         self.files = set(ctx.tree.files())
+        self.state_dirs = state_folders(self.files)
+        self.entry_codes: dict[str, int] = {}  # equal log entries of any state, equal codes
 
     def run(self) -> ParsedRun:
         states = self._states()
@@ -115,14 +120,21 @@ class _Read:
         if len(self.files) == 1:
             own = next(iter(self.files))  # a lone state file, whatever its name
         if own in self.files:
-            states.append(self._load(own, self.root, is_checkpoint(self.root, self.files)))
+            states.append(self._load(own, self.root, is_checkpoint(self.root, self.state_dirs)))
+        found = []
         for path in sorted(self.files):
             rest = path[len(prefix) :] if path.startswith(prefix) else None
             if rest is None or rest.count("/") != 1 or not rest.endswith("/" + STATE_FILE):
                 continue
-            folder = _parent(path)
-            if is_checkpoint(folder, self.files):
-                states.append(self._load(path, folder, True))
+            if is_checkpoint(_parent(path), self.state_dirs):
+                found.append(path)
+        if len(found) > MAX_STATES:
+            raise IngestError(
+                f"holds {len(found)} checkpoint folders with a {STATE_FILE}, more than"
+                f" {MAX_STATES}; ingest a run's output folder with fewer checkpoints",
+                file=self.ctx.tree.name,
+            )
+        states += [self._load(path, _parent(path), True) for path in found]
         states.sort(key=lambda s: (s.step, not s.checkpoint, len(s.entries)))
         return states
 
@@ -150,7 +162,12 @@ class _Read:
             name = f"checkpoint-{step}"
         if not checkpoint:
             name = path.rsplit("/", 1)[-1]
-        keys = [repr(sorted(e.items())) for e in entries]
+        codes = self.entry_codes
+        keys = np.fromiter(
+            (codes.setdefault(repr(sorted(e.items())), len(codes)) for e in entries),
+            dtype=np.int64,
+            count=len(entries),
+        )
         return State(name, folder, path, doc, step, entries, keys, checkpoint)
 
 

@@ -28,7 +28,7 @@ from app.ingest.megatron_checkpoints import (
 )
 from app.ingest.megatron_log import LogParser
 from app.ingest.records import CheckpointRecord, ParsedRun
-from app.ingest.source import SourceTree
+from app.ingest.source import READ_ERRORS, SourceTree
 
 LOG_SUFFIXES = (".log", ".txt", ".out")
 DETECT_BYTES = 256 << 10  # real logs print all arguments (tens of KB) before the first iteration
@@ -100,15 +100,18 @@ def _log_files(tree: SourceTree, files: list[str], limit: int | None = None) -> 
         try:
             with tree.open(path) as stream:
                 head = stream.read(DETECT_BYTES)
-        except (OSError, EOFError, ValueError):
-            continue
+        except (*READ_ERRORS, ValueError):
+            continue  # a damaged member: not read as a log (the reader that reads it says why)
         if _ITER_HEAD.search(head):
             found.append(path)
     return found
 
 
 def _natural(path: str) -> list[Any]:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path)]
+    """``train-2.log`` before ``train-10.log``: runs of digits compare as numbers (by length
+    without leading zeros, then text, so any length of digits is fine)."""
+    parts = re.split(r"(\d+)", path)
+    return [(len(p.lstrip("0")), p) if i % 2 else p for i, p in enumerate(parts)]
 
 
 def _common_folder(folders: list[str]) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 from app.ingest.context import ReadContext
 from app.ingest.data_state import DataPosition, position_from_state
+from app.ingest.numbers import INT32, MAX_STEP, digits, whole
 from app.ingest.pickle_scan import pickled_scalars
 from app.ingest.records import CheckpointRecord, ComponentRecord
 
@@ -63,9 +64,10 @@ def _tree_checkpoint(
     name = base_name(folder)
     args = _saved_args(ctx, folder, inside)
     numbered = _ITER_DIR.fullmatch(name)
-    step = int(numbered.group(1)) if numbered else args.get("iteration")
-    if type(step) is not int:
-        ctx.warnings.add(f"{folder}: a release checkpoint with no iteration; not read")
+    step = digits(numbered.group(1)) if numbered else whole(args.get("iteration"), below=MAX_STEP)
+    if step is None:
+        why = "an iteration out of range" if numbered else "a release checkpoint with no iteration"
+        ctx.warnings.add(f"{folder}: {why}; not read")
         return None
     components = _components(inside)
     if args.get("no_save_optim") is True:
@@ -81,9 +83,9 @@ def _tree_checkpoint(
     return CheckpointRecord(
         name=name,
         step=step,
-        consumed_samples=consumed if type(consumed) is int else None,
-        seed=seed if type(seed) is int else None,
-        global_batch_size=batch if type(batch) is int else None,
+        consumed_samples=_int(consumed),
+        seed=_int(seed),
+        global_batch_size=_int(batch, below=INT32),
         components=components,
         manifest={"source": FORMAT, "folder": folder, "args": args},
     )
@@ -156,9 +158,10 @@ def tracker_config(
         if base_name(path) != TRACKER:
             continue
         text = ctx.read_bytes(path, 1 << 10).decode("utf-8", "replace").strip()
-        if text.isdigit():
-            out["latest_checkpointed_iteration"] = int(text)
-            if int(text) not in steps:
+        iteration = digits(text) if text.isascii() else None
+        if iteration is not None:
+            out["latest_checkpointed_iteration"] = iteration
+            if iteration not in steps:
                 ctx.warnings.add(
                     f"{path}: names iteration {text} but the source holds no such checkpoint"
                 )
@@ -167,6 +170,11 @@ def tracker_config(
         else:
             ctx.warnings.add(f"{path}: expected an iteration or 'release', got {text[:40]!r}")
     return out
+
+
+def _int(value: Any, *, below: int = 2**63) -> int | None:
+    """An int of the saved args (never a bool) that a database column holds."""
+    return value if type(value) is int and -below <= value < below else None
 
 
 def parent_folder(path: str) -> str:

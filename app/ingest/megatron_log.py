@@ -28,6 +28,7 @@ import math
 import re
 import statistics
 import time
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,7 @@ import numpy as np
 
 from app.ingest.context import ReadContext
 from app.ingest.jsonl import iter_lines
+from app.ingest.numbers import INT32, INT64, digits, whole
 from app.ingest.records import EventRecord, MetricTable
 
 _ITER = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
@@ -112,6 +114,8 @@ class LogParser:
         self.consumed: dict[int, tuple[int, int | None]] = {}  # step -> (consumed, batch)
         self.saves: dict[int, tuple[float | None, float | None]] = {}  # step -> start/end times
         self.completed: set[int] = set()  # saves the log reports finished
+        self.save_steps = sorted(self.names)  # of checkpoints in the tree or reported saved
+        self._consumed_lookup: tuple[int, list[int], float] | None = None
         self.process = _Process()
         self.marked = False  # a start, load or exit line, or more than one file
         self.started = False
@@ -140,42 +144,66 @@ class LogParser:
                 self._iteration(match, line[match.end() : stop], before, path, lineno)
             return
         if (valid := _VALID.search(line)) is not None:
-            step = int(valid.group(1))
+            step = self._step(valid.group(1), path, lineno)
+            if step is None:
+                return
             values = self._fields(line[valid.end() :], path, lineno, evaluation=True)
             self.evals.add(step, _stamp(line), values)
             return
         if (end := _SAVE_END.search(line)) is not None:
-            step = int(end.group(1))
+            step = self._step(end.group(1), path, lineno)
+            if step is None:
+                return
             when = _stamp(line)
             start = self.saves.get(step, (None, None))[0]
             self.saves[step] = (start, None if math.isnan(when) else when)
+            if step not in self.completed and step not in self.names:
+                insort(self.save_steps, step)
             self.completed.add(step)
             self.process.last_save = step
             self._event("checkpoint_save_end", step, when, {"path": end.group(2)}, lineno)
             return
         if (begin := _SAVE_START.search(line)) is not None:
-            step = int(begin.group(1))
+            step = self._step(begin.group(1), path, lineno)
+            if step is None:
+                return
             when = _stamp(line)
             self.saves[step] = (None if math.isnan(when) else when, None)
             self._event("checkpoint_save_start", step, when, {"path": begin.group(2)}, lineno)
             return
         if (load := _LOAD.search(line)) is not None:
-            step = int(load.group(2))
+            step = self._step(load.group(2), path, lineno)
+            if step is None:
+                return
             resumed = f"{load.group(1).rstrip('/')}/{self._name(step)}"
             self._start(step, resumed, _stamp(line), lineno, explicit=True)
             return
         if _FRESH.search(line):
             self._start(0, None, _stamp(line), lineno, explicit=True)
             return
-        self._exit_line(line, lineno)
+        self._exit_line(line, path, lineno)
+
+    def _step(self, text: str, path: str, lineno: int) -> int | None:
+        """The iteration a line names; None (and a warning) for one too large to be a step."""
+        step = digits(text)
+        if step is None:
+            self.ctx.warnings.add(
+                f"{path} line {lineno}: iteration {text[:24]} is out of range; line skipped",
+                kind=f"{path}:iteration-range",
+            )
+        return step
 
     def _iteration(
         self, match: re.Match[str], text: str, before: str, path: str, lineno: int
     ) -> None:
-        step, total = int(match.group(1)), int(match.group(2))
+        step = self._step(match.group(1), path, lineno)
+        if step is None:
+            return
+        total = digits(match.group(2), below=INT64)
         values = self._fields(text, path, lineno, evaluation=False)
-        consumed = next((int(v) for c, _, v in values if c == "consumed_samples"), None)
-        batch = next((int(v) for _, s, v in values if s == "global batch size"), None)
+        consumed = next((whole(v) for c, _, v in values if c == "consumed_samples"), None)
+        batches = (v for _, s, v in values if s == "global batch size")
+        batch = next((whole(v, low=1, below=INT32) for v in batches), None)
         rank = _RANK.search(before)
         tag = rank.group(1) if rank else None
         last = self.process.last_row
@@ -228,12 +256,12 @@ class LogParser:
             out.append((canonical, key, value))
         return out
 
-    def _exit_line(self, line: str, lineno: int) -> None:
+    def _exit_line(self, line: str, path: str, lineno: int) -> None:
         for pattern, reason in _EXITS:
             found = pattern.search(line)
             if found is None:
                 continue
-            step = int(found.group(1)) if found.groups() else None
+            step = self._step(found.group(1), path, lineno) if found.groups() else None
             self.marked = True
             if self.process.exited:
                 return
@@ -251,7 +279,7 @@ class LogParser:
         idle = self.started and self.process.rows == 0 and not self.process.exited
         if explicit and idle and self.start_step == step:
             return  # "loading checkpoint ..." then "successfully loaded checkpoint ..."
-        if resumed is None and step is not None and step in (*self.names, *self.completed):
+        if resumed is None and step is not None and (step in self.names or step in self.completed):
             resumed = self._name(step)
         self._event("process_start", step, when, {"resumed_from": resumed}, lineno)
         self.process = _Process()
@@ -264,8 +292,8 @@ class LogParser:
 
     def _resume_point(self, first_step: int) -> int | None:
         """A restart without a load line resumed from the latest save before its first row."""
-        saves = [s for s in (*self.names, *self.completed) if s < first_step]
-        return max(saves) if saves else None
+        before = bisect_left(self.save_steps, first_step)
+        return self.save_steps[before - 1] if before else None
 
     def _event(
         self, kind: str, step: int | None, when: float, payload: dict[str, Any], lineno: int
@@ -300,8 +328,13 @@ class LogParser:
         at its global batch size when the save fell within one log interval after it."""
         if step in self.consumed:
             return self.consumed[step][0]
-        before = max((s for s in self.consumed if s < step), default=None)
-        if before is None or step - before > self._interval():
+        if self._consumed_lookup is None or self._consumed_lookup[0] != len(self.consumed):
+            # sorted once, not searched per checkpoint: a log may report thousands of saves
+            self._consumed_lookup = (len(self.consumed), sorted(self.consumed), self._interval())
+        _, logged, interval = self._consumed_lookup
+        at = bisect_left(logged, step)
+        before = logged[at - 1] if at else None
+        if before is None or step - before > interval:
             return None
         consumed, batch = self.consumed[before]
         return None if batch is None else consumed + (step - before) * batch

@@ -10,6 +10,7 @@ import io
 import pickletools
 import struct
 import zipfile
+import zlib
 from collections.abc import Collection
 from typing import IO, Any
 
@@ -26,6 +27,18 @@ _STRING_OPS = {
     "SHORT_BINSTRING",
 }
 _MEMO_OPS = {"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"}
+# What a damaged or hostile zip raises from zipfile: bad headers (negative offsets, names that
+# are not UTF-8), unsupported compression or encryption, a corrupt deflate stream.
+_ZIP_DAMAGE = (
+    zipfile.BadZipFile,
+    OSError,
+    EOFError,
+    ValueError,
+    NotImplementedError,
+    RuntimeError,
+    zlib.error,
+    struct.error,
+)
 
 
 def pickled_scalars(
@@ -49,7 +62,7 @@ def pickled_scalars(
                 if info.file_size > limit:
                     return {}
                 data = archive.read(info)
-        except (zipfile.BadZipFile, OSError, EOFError):
+        except _ZIP_DAMAGE:
             return {}
     else:
         data = head + stream.read(limit)

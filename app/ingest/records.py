@@ -86,3 +86,4 @@ class ParsedRun:
     external_id: str | None = None
     dataset_size: int | None = None
     global_batch_size: int | None = None
+    source_name: str | None = None  # the source it was read from, for errors about the whole run

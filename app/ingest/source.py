@@ -13,6 +13,7 @@ import stat
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,6 +25,14 @@ from app.ingest.errors import IngestError, Warnings
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 # Links a tracker keeps to its own debug logs (wandb): skipped without a warning.
 TOOL_LINKS = frozenset({"latest-run", "debug.log", "debug-internal.log", "debug-core.log"})
+# What reading a member of a damaged archive raises: a truncated or corrupt tar, a zip member
+# whose checksum or deflate stream is wrong, a corrupt gzip stream, a file gone from a folder.
+READ_ERRORS = (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, OSError)
+# Zip compression methods zipfile reads (stored, deflate, bzip2, lzma); others are skipped.
+ZIP_METHODS = frozenset(
+    {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA}
+)
+_ZIP_ENCRYPTED = 0x1
 
 
 @dataclass(frozen=True)
@@ -78,7 +87,8 @@ class DirectoryTree(SourceTree):
 
 class SingleFileTree(SourceTree):
     def __init__(self, path: Path, member_name: str) -> None:
-        super().__init__(path.name, {member_name: path.stat().st_size})
+        # named as the user named the file (the stored copy is named by its digest)
+        super().__init__(member_name, {member_name: path.stat().st_size})
         self.path = path
 
     def open(self, path: str) -> IO[bytes]:
@@ -107,6 +117,8 @@ class TarTree(SourceTree):
                 raise IngestError(
                     f"archive unpacks to more than {limits.max_source_bytes} bytes", file=display
                 )
+            if name in self._members:
+                _warn_repeated(warnings, display, info.name)
             self._members[name] = info
         super().__init__(display, {n: i.size for n, i in self._members.items()})
 
@@ -139,7 +151,17 @@ class ZipTree(SourceTree):
             if kind and kind != stat.S_IFREG:
                 warnings.add(f"{display}: member '{info.filename}' is a link, skipped", kind="link")
                 continue
+            if info.flag_bits & _ZIP_ENCRYPTED or info.compress_type not in ZIP_METHODS:
+                why = (
+                    "is encrypted"
+                    if info.flag_bits & _ZIP_ENCRYPTED
+                    else f"uses compression method {info.compress_type}, which cannot be read"
+                )
+                warnings.add(f"{display}: member '{info.filename}' {why}; skipped", kind="zip")
+                continue
             total += info.file_size
+            if name in self._members:
+                _warn_repeated(warnings, display, info.filename)
             self._members[name] = info
         if total > limits.max_source_bytes:
             raise IngestError(
@@ -158,6 +180,13 @@ class ZipTree(SourceTree):
 
     def close(self) -> None:
         self._zip.close()
+
+
+def _warn_repeated(warnings: Warnings, display: str, name: str) -> None:
+    warnings.add(
+        f"{display}: member '{name}' appears more than once; the last copy is read",
+        kind="repeated-member",
+    )
 
 
 def _safe_member_name(name: str, display: str) -> str:
@@ -239,7 +268,7 @@ def _gunzip_bounded(src: Path, dst: Path, display: str, limits: Limits) -> None:
                         file=display,
                     )
                 fout.write(chunk)
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zlib.error) as exc:
         raise IngestError(f"not a valid gzip archive ({exc})", file=display) from None
 
 
@@ -260,6 +289,7 @@ def copy_limited(src: IO[bytes], dst: Sink, limit: int, display: str) -> int:
 
 __all__ = [
     "ARCHIVE_SUFFIXES",
+    "READ_ERRORS",
     "Limits",
     "SourceTree",
     "archive_kind",

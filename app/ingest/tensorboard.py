@@ -30,6 +30,7 @@ go to the eval table as ``eval/<rest>`` (``eval/test/<rest>``). Files of ``add_h
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ import numpy as np
 
 from app.ingest.context import ReadContext
 from app.ingest.errors import IngestError
+from app.ingest.numbers import INT64, digits
 from app.ingest.records import EventRecord, MetricTable, ParsedRun
 from app.ingest.source import SourceTree
 from app.ingest.tf_events import EventDecoder, ScalarLog, TagTable
@@ -221,21 +223,18 @@ class _Assembly:
         kept_before = np.concatenate(([0], np.cumsum(mask)))
         name = path.rsplit("/", 1)[-1]
         found = _NAME_TIME.search(name)
-        writer = _WRITER.search(name)
         return EventFile(
             path=path,
             folder=_folder(path)[len(self.root) :].lstrip("/"),
             steps=steps[mask],
-            times=times[mask],
+            times=np.where(np.isfinite(times[mask]), times[mask], np.nan),  # NaN: no time
             tags=tags[mask],
             values=values[mask],
-            marks=[(int(kept_before[m.point]), m.step, m.time) for m in log.marks],
-            first_time=log.first_time,
-            last_time=log.last_time,
+            marks=[(int(kept_before[m.point]), m.step, _finite(m.time)) for m in log.marks],
+            first_time=_finite(log.first_time),
+            last_time=_finite(log.last_time),
             name_time=float(found.group(1)) if found else log.first_time,
-            writer=(writer.group(1), int(writer.group(2)), int(writer.group(3)))
-            if writer
-            else None,
+            writer=_writer(name),
         )
 
     def _column_names(self, files: list[EventFile], prefixed: bool) -> list[str]:
@@ -303,6 +302,20 @@ class _Assembly:
             )
 
 
+def _finite(wall_time: float) -> float:
+    """A wall time, NaN when the writer stored none that is finite."""
+    return wall_time if math.isfinite(wall_time) else math.nan
+
+
+def _writer(name: str) -> tuple[str, int, int] | None:
+    """(host, pid, writer number) from a torch/TF2 event file name."""
+    found = _WRITER.search(name)
+    if found is None:
+        return None
+    pid, number = digits(found.group(2), below=INT64), digits(found.group(3), below=INT64)
+    return None if pid is None or number is None else (found.group(1), pid, number)
+
+
 def _is_eval(name: str) -> bool:
     return _EVAL.match(name) is not None
 
@@ -316,7 +329,8 @@ def _eval_key(name: str) -> str:
 
 
 def _file_order(f: EventFile) -> tuple[float, float, list[object]]:
-    natural = [int(p) if p.isdigit() else p for p in _DIGITS.split(f.path)]
+    parts = _DIGITS.split(f.path)  # digits compare as numbers, of any length
+    natural = [(len(p.lstrip("0")), p) if i % 2 else p for i, p in enumerate(parts)]
     return (f.name_time, f.first_time, natural)
 
 
@@ -418,5 +432,6 @@ def _process_starts(
         if b.purge_step is not None:
             payload["purge_step"] = b.purge_step
         step = max(int(steps[first]) - 1, 0)
-        events.append(EventRecord(kind="process_start", step=step, time=b.time, payload=payload))
+        when = b.time if math.isfinite(b.time) else None
+        events.append(EventRecord(kind="process_start", step=step, time=when, payload=payload))
     return events

@@ -186,8 +186,8 @@ class _Decoder:
         steps = np.concatenate(self.step_fields) if self.step_fields else data.steps
         records = np.concatenate(self.row_records) if self.row_records else data.steps
         items = data.items
-        stamped = np.isin(items.code, self.keys.find("_timestamp")) & (items.kind == NUMBER)
-        data.times = np.full(data.rows, np.nan)
+        stamped = np.isin(items.code, self.keys.find("_timestamp")) & np.isfinite(items.value)
+        data.times = np.full(data.rows, np.nan)  # NaN: no time (none logged, or not finite)
         data.times[items.row[stamped]] = items.value[stamped]
         stepped = np.isin(items.code, self.keys.find("_step"))
         values = items.value[stepped]
@@ -295,6 +295,8 @@ class _Decoder:
         fields = self._walk(batch, starts, ends, records, (1, 2))
         ops = in_file_order(fields.select(1), fields.select(2))
         code, value_start, value_end = self._keyed(batch, ops, records)
+        if code.size == 0:
+            return  # summary records that update nothing
         removed = np.isin(ops.tag, fields.select(2).tag)
         last = np.full(int(code.max()) + 1, -1, dtype=np.int64)
         last[code] = np.arange(code.size)  # the last assignment wins

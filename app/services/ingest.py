@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, delete, func, select
-from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.db import session_scope
 from app.ingest.aliases import AliasTable
 from app.ingest.context import ReadContext
-from app.ingest.errors import IngestError, Warnings
+from app.ingest.errors import IngestError, Warnings, printable
 from app.ingest.formats import read_source
 from app.ingest.records import ParsedRun
 from app.ingest.source import Limits, open_source
@@ -211,6 +211,8 @@ def _run_claimed(
         return _fail(engine, job_id, token, str(exc), warnings)
     except (OperationalError, InterfaceError, IntegrityError, ClaimLost):
         raise  # database away, a concurrent ingest of the same run (the task retries), or lost
+    except DataError as exc:  # a value the database refuses: PostgreSQL's int32 columns
+        return _fail(engine, job_id, token, _refused_by_database(exc), warnings)
     except Exception as exc:
         log.exception("ingest job %s failed unexpectedly", job_id)
         return _fail(
@@ -475,6 +477,11 @@ def _get_or_create_project(session: Session, name: str) -> Project:
     return project
 
 
+def _refused_by_database(exc: DataError) -> str:
+    reason = str(exc.orig or exc).strip().splitlines()[0]
+    return f"the database cannot store a value of this source ({reason[:200]})"
+
+
 def _fail(engine: Engine, job_id: int, token: str, error: str, warnings: Warnings) -> IngestJob:
     with session_scope(engine) as session:
         return _updated(
@@ -482,7 +489,7 @@ def _fail(engine: Engine, job_id: int, token: str, error: str, warnings: Warning
             job_id,
             token,
             state=FAILED,
-            error=error,
+            error=printable(error, 2000),  # no NUL for PostgreSQL, however the error arose
             warnings=warnings.summary(),
             finished_at=datetime.now(UTC),
         )

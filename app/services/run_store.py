@@ -6,6 +6,7 @@ everything a source held or not changed at all.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -25,7 +26,7 @@ from app.analysis.segments import (
     segments_from_events,
     unexpected_restarts,
 )
-from app.ingest.errors import Warnings
+from app.ingest.errors import IngestError, Warnings
 from app.ingest.records import MetricTable, ParsedRun, SampleTrace
 from app.models import (
     Checkpoint,
@@ -38,6 +39,7 @@ from app.models import (
     SampleChunk,
     Segment,
 )
+from app.services.storable import fit_for_storage
 from app.services.tags import add_tags, source_tags
 from app.store.arrays import (
     FLOAT64,
@@ -53,6 +55,7 @@ from app.store.arrays import (
 
 METRIC_CHUNK_POINTS = 65_536
 PREVIEW_POINTS = 4000
+MAX_SEGMENTS = 2**16 - 1  # segment ordinals are stored as uint16
 SAMPLE_CHUNK_IDS = 1 << 20
 SAMPLE_CHUNK_STEPS = 65_536
 
@@ -69,6 +72,7 @@ class RunLayout:
 
 
 def plan_layout(parsed: ParsedRun, warnings: Warnings) -> RunLayout:
+    fit_for_storage(parsed, warnings)  # first: names, JSON and numbers the columns hold
     metrics = parsed.metrics
     lifecycle = [
         LifecycleEvent(
@@ -92,6 +96,13 @@ def plan_layout(parsed: ParsedRun, warnings: Warnings) -> RunLayout:
         ]
         steps = [c.step for c in parsed.checkpoints]
         segments = infer_segments(metrics.steps, metrics.times, saves, steps)
+    if len(segments) > MAX_SEGMENTS:
+        raise IngestError(
+            f"{len(segments)} process lifetimes (starts recorded, or the step going back or"
+            f" repeating), more than the {MAX_SEGMENTS} a run can hold; is the step the"
+            " optimizer step, counted across restarts?",
+            file=parsed.source_name,
+        )
     metric_ordinals = assign_rows(metrics.steps, segments, metrics.times)
     for row in unexpected_restarts(metrics.steps, metric_ordinals)[:3]:
         warnings.add(
@@ -113,11 +124,12 @@ def plan_layout(parsed: ParsedRun, warnings: Warnings) -> RunLayout:
 def _snap_to_checkpoints(segments: list[SegmentSpec], checkpoint_steps: list[int]) -> None:
     """A resumed process that does not name its checkpoint started from the latest one at or
     before its first step (readers only know the first step it logged)."""
+    saved = sorted(set(checkpoint_steps))
     for seg in segments[1:]:
         if seg.resumed_from is None and seg.start_step is not None:
-            before = [s for s in checkpoint_steps if s <= seg.start_step]
-            if before and seg.start_step not in checkpoint_steps:
-                seg.start_step = max(before)
+            before = bisect_right(saved, seg.start_step)
+            if before and saved[before - 1] != seg.start_step:
+                seg.start_step = saved[before - 1]
 
 
 def replace_run_data(
@@ -130,7 +142,7 @@ def replace_run_data(
     session.flush()
 
     checkpoints = _write_checkpoints(session, run, parsed)
-    segment_ids = _write_segments(session, run, layout.segments, checkpoints)
+    segment_ids = _write_segments(session, run, layout, checkpoints)
     counts: dict[str, int] = {"segments": len(layout.segments), "checkpoints": len(checkpoints)}
     counts["events"] = _write_events(session, run, parsed, layout, segment_ids)
     counts.update(_write_metrics(session, run, parsed.metrics, layout.metric_ordinals, "train"))
@@ -140,7 +152,6 @@ def replace_run_data(
         counts["eval_series"] = evals["metric_series"]
     if parsed.samples is not None and layout.sample_ordinals is not None:
         counts.update(_write_samples(session, run, parsed.samples, layout.sample_ordinals))
-    _write_segment_counts(session, segment_ids, layout)
 
     effective_steps, _ = split_effective(parsed.metrics.steps)
     steps = parsed.metrics.steps[effective_steps]
@@ -203,12 +214,19 @@ def _write_checkpoints(session: Session, run: Run, parsed: ParsedRun) -> list[Ch
 
 
 def _write_segments(
-    session: Session, run: Run, specs: list[SegmentSpec], checkpoints: list[Checkpoint]
+    session: Session, run: Run, layout: RunLayout, checkpoints: list[Checkpoint]
 ) -> dict[int, int]:
     by_name = {c.name: c for c in checkpoints}
     by_step = {c.step: c for c in checkpoints}
+    n = len(layout.segments)
+    metric = np.bincount(layout.metric_ordinals, minlength=n)
+    sample = (
+        np.bincount(layout.sample_ordinals, minlength=n)
+        if layout.sample_ordinals is not None
+        else np.zeros(n, dtype=np.int64)
+    )
     rows = []
-    for spec in specs:
+    for spec in layout.segments:
         ckpt = None
         if spec.resumed_from:
             ckpt = by_name.get(spec.resumed_from.rstrip("/").rsplit("/", 1)[-1])
@@ -226,25 +244,13 @@ def _write_segments(
                 started_at=_dt(spec.started_at),
                 ended_at=_dt(spec.ended_at),
                 exit_reason=spec.exit_reason,
+                num_metric_rows=int(metric[spec.ordinal]) if spec.ordinal < metric.size else 0,
+                num_sample_steps=int(sample[spec.ordinal]) if spec.ordinal < sample.size else 0,
             )
         )
     session.add_all(rows)
     session.flush()
     return {row.ordinal: row.id for row in rows}
-
-
-def _write_segment_counts(session: Session, segment_ids: dict[int, int], layout: RunLayout) -> None:
-    metric = np.bincount(layout.metric_ordinals, minlength=len(segment_ids))
-    sample = (
-        np.bincount(layout.sample_ordinals, minlength=len(segment_ids))
-        if layout.sample_ordinals is not None
-        else np.zeros(len(segment_ids), dtype=np.int64)
-    )
-    for ordinal, segment_id in segment_ids.items():
-        segment = session.get(Segment, segment_id)
-        assert segment is not None
-        segment.num_metric_rows = int(metric[ordinal]) if ordinal < metric.size else 0
-        segment.num_sample_steps = int(sample[ordinal]) if ordinal < sample.size else 0
 
 
 def _write_events(
@@ -390,7 +396,14 @@ def _gather(ids: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> np.ndarra
 
 
 def _dt(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, UTC)
+    """A unix time as a datetime; None for none, or one outside the years 1..9999."""
+    if value is None or not _FIRST_DAY <= value < _AFTER_LAST_DAY:
+        return None
+    return datetime.fromtimestamp(value, UTC)
+
+
+_FIRST_DAY = datetime(1, 1, 2, tzinfo=UTC).timestamp()
+_AFTER_LAST_DAY = datetime(9999, 12, 31, tzinfo=UTC).timestamp()
 
 
 def _str_or_none(value: Any) -> str | None:

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import IO
 
 from app.config import Settings
-from app.ingest.errors import IngestError
+from app.ingest.errors import IngestError, printable
 from app.ingest.source import archive_kind, copy_limited
+
+MAX_NAME = 200  # characters of an uploaded file's name kept (the job's source and run names)
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def store_stream(
     parent_name: str | None = None,
 ) -> StoredSource:
     """Copy an uploaded or opened file into the store, refusing more than ``limit`` bytes."""
-    filename = os.path.basename(filename.replace("\\", "/")) or "upload"
+    filename = _clean_name(os.path.basename(filename.replace("\\", "/"))) or "upload"
     kind = archive_kind(filename) or "file"
     suffix = {"file": ".data", "tar": ".tar", "tar.gz": ".tar.gz", "zip": ".zip"}[kind]
     with _staging(settings) as (tmp, writer):
@@ -99,6 +101,8 @@ def _store_directory(
         with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
             for path in paths:
                 info = tar.gettarinfo(str(path), arcname=path.relative_to(root).as_posix())
+                if info is None:
+                    continue  # a socket: tar has no member type for it
                 info.mtime = 0
                 info.uid = info.gid = 0
                 info.uname = info.gname = ""
@@ -161,6 +165,13 @@ def source_file(settings: Settings, key: str) -> Path:
     if settings.sources_path not in path.parents:
         raise IngestError("source key outside the source store", file=key)
     return path
+
+
+def _clean_name(filename: str) -> str:
+    """A client's file name as the job records it: no NUL or lone surrogate, and at most
+    :data:`MAX_NAME` characters (the end kept, so an archive keeps its suffix)."""
+    name = printable(filename)
+    return name if len(name) <= MAX_NAME else name[: MAX_NAME - 21] + "\u2026" + name[-20:]
 
 
 def default_run_name(filename: str, kind: str, parent_name: str | None) -> str:

@@ -64,7 +64,7 @@ def identify(labels: dict[str, str], host: str | None) -> GpuIdentity | None:
     return GpuIdentity(
         host=labels.get("Hostname") or labels.get("hostname") or host,
         uuid=uuid or None,
-        index=int(gpu) if gpu and gpu.isdigit() else None,
+        index=int(gpu) if gpu and gpu.isascii() and gpu.isdigit() else None,
         model=labels.get("modelName") or labels.get("model_name") or None,
         labels=kept,
     )

@@ -88,16 +88,23 @@ def _number(text: str) -> float | None:
 def parse_smi_csv(output: str) -> list[GpuReading]:
     """Readings from ``nvidia-smi --query-gpu=<SMI_COLUMNS> --format=csv,noheader,nounits``."""
     readings = []
-    for row in csv.reader(output.splitlines(), skipinitialspace=True):
+    try:
+        rows = list(csv.reader(output.splitlines(), skipinitialspace=True))
+    except csv.Error as exc:  # a cell past csv's field limit, a stray quote ...
+        raise SourceError(f"nvidia-smi output is not CSV ({exc})") from None
+    for row in rows:
         if not row:
             continue
         if len(row) != len(SMI_COLUMNS):
-            raise SourceError(f"expected {len(SMI_COLUMNS)} columns, got {len(row)}: {row!r}")
+            raise SourceError(f"expected {len(SMI_COLUMNS)} columns, got {len(row)}: {row!r:.200}")
         cells = dict(zip(SMI_COLUMNS, row, strict=True))
         values = {attr: _number(cells[column]) for column, attr in _SMI_VALUES.items()}
+        index = cells["index"].strip()
+        if not (index.isascii() and index.isdigit()):
+            raise SourceError(f"GPU index {index[:40]!r} is not a number")
         readings.append(
             GpuReading(
-                index=int(cells["index"]),
+                index=int(index),
                 uuid=cells["uuid"].strip(),
                 name=cells["name"].strip(),
                 pci_bus_id=_cell(cells["pci.bus_id"]),

@@ -114,11 +114,14 @@ def parse_nvidia_smi_csv(
     """Every GPU sample in ``--query-gpu`` CSV output (see the module docstring)."""
     scrape = Scrape(samples=[], source=SOURCE)
     warn = scrape.warnings
-    rows = [
-        (n, cells)
-        for n, cells in enumerate(csv.reader(text.splitlines(), skipinitialspace=True), 1)
-        if cells and any(c.strip() for c in cells)
-    ]
+    try:
+        rows = [
+            (n, cells)
+            for n, cells in enumerate(csv.reader(text.splitlines(), skipinitialspace=True), 1)
+            if cells and any(c.strip() for c in cells)
+        ]
+    except csv.Error as exc:  # a cell past csv's field limit, a stray quote ...
+        raise TelemetryError(f"{SOURCE}: not readable as CSV ({exc})") from None
     if not rows:
         warn.append(f"{SOURCE}: empty output: no samples")
         return scrape
@@ -227,7 +230,7 @@ def _identity(
     return GpuIdentity(
         host=host or text(host_col),
         uuid=text(uuid_col),
-        index=int(index) if index and index.isdigit() else None,
+        index=int(index) if index and index.isascii() and index.isdigit() else None,
         model=text(model_col),
         labels={label: v for col, label in labels_at if (v := text(col))},
     )

@@ -46,7 +46,8 @@ def parse_query_range(body: dict[str, Any] | str, *, metric_hint: str | None = N
     unnamed = 0
     for series in result:
         if not isinstance(series, dict) or not isinstance(series.get("metric"), dict):
-            raise TelemetryError(f"{SOURCE}: a result element is not a series: {str(series)[:120]}")
+            what = type(series).__name__ if not isinstance(series, dict) else "an object"
+            raise TelemetryError(f"{SOURCE}: a result element is not a series ({what})")
         labels = {str(k): str(v) for k, v in series["metric"].items()}
         name = labels.pop("__name__", None) or metric_hint
         if name is None:
@@ -57,6 +58,9 @@ def parse_query_range(body: dict[str, Any] | str, *, metric_hint: str | None = N
             points = [series["value"]] if "value" in series else []
             if "histogram" in series or "histograms" in series:
                 scrape.warnings.append(f"{SOURCE}: {name}: native histogram points skipped")
+        if not isinstance(points, list):
+            scrape.warnings.append(f"{SOURCE}: {name}: values are not a list; skipped")
+            continue
         _add_series(scrape, builder, name, _workload(labels), points)
     if unnamed:
         scrape.warnings.append(
@@ -72,6 +76,8 @@ def _decode(body: dict[str, Any] | str | list[Any]) -> Any:
         return json.loads(body)
     except json.JSONDecodeError as exc:
         raise TelemetryError(f"{SOURCE}: not JSON at line {exc.lineno}: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:  # a number too long, nesting too deep
+        raise TelemetryError(f"{SOURCE}: not JSON that can be read ({str(exc)[:100]})") from None
 
 
 def _result(doc: Any, warnings: list[str]) -> list[Any]:
@@ -83,11 +89,13 @@ def _result(doc: Any, warnings: list[str]) -> list[Any]:
         return [doc]
     status = doc.get("status")
     if status == "error":
-        kind = doc.get("errorType", "error")
-        raise TelemetryError(f"{SOURCE}: query failed ({kind}): {doc.get('error', '')}")
+        kind, error = doc.get("errorType", "error"), doc.get("error", "")
+        raise TelemetryError(f"{SOURCE}: query failed ({kind!s:.60}): {error!s:.300}")
     if status != "success" or not isinstance(doc.get("data"), dict):
-        raise TelemetryError(f"{SOURCE}: not a query answer (status={status!r})")
-    warnings.extend(f"{SOURCE}: {w}" for w in doc.get("warnings") or [])
+        raise TelemetryError(f"{SOURCE}: not a query answer (status={status!r:.60})")
+    found = doc.get("warnings")
+    if isinstance(found, list):
+        warnings.extend(f"{SOURCE}: {w[:200]}" for w in found if isinstance(w, str))
     data = doc["data"]
     kind = data.get("resultType")
     if kind not in ("matrix", "vector"):
@@ -131,8 +139,9 @@ def _add_series(
         try:
             when, text = float(point[0]), str(point[1])
             raw = parse_value(text)
-        except (TypeError, ValueError, IndexError):
-            scrape.warnings.append(f"{SOURCE}: {name}: bad point {str(point)[:60]}")
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError):
+            shown = point if isinstance(point, str | int | float) else type(point).__name__
+            scrape.warnings.append(f"{SOURCE}: {name}: bad point {str(shown)[:60]}")
             continue
         scrape.samples.append(
             GpuSample(

@@ -107,6 +107,8 @@ def iter_lines(
             rest = line[close + 1 :].split() if close > brace else []
         else:
             rest = line.split()
+            if not rest:
+                continue  # blank but for whitespace other than spaces and tabs (\f, \x1c...)
             name = rest.pop(0)
         if not 1 <= len(rest) <= 2 or not (name in names or _valid_name(name, names)):
             state.bad_lines += 1
