@@ -704,21 +704,31 @@ def serve(
         _run_api(host, port, workers)
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 class _worker_process:
     """A ``runwatch worker`` child process, stopped (by its own pid) when the block ends."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.proc: subprocess.Popen[bytes] | None = None
+        self._previous: Any = signal.SIG_DFL
 
     def __enter__(self) -> _worker_process:
         if self.enabled:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "app", "worker", "--beat", "--loglevel", "WARNING"]
             )
+            # uvicorn re-raises SIGTERM after its graceful shutdown: make that unwind through
+            # __exit__ (which stops the worker) instead of killing this process and orphaning it
+            self._previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            signal.signal(signal.SIGTERM, self._previous)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
