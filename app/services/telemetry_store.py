@@ -13,6 +13,7 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
 from app.analysis.downsample import minmax_indices
+from app.ingest.errors import printable
 from app.models import Node, TelemetryRollup, TelemetryScrape, TelemetrySeries
 from app.store.arrays import FLOAT64, INT32, pack, unpack
 from app.telemetry.samples import GpuSample, Scrape, series_key
@@ -36,24 +37,49 @@ def series_ids(session: Session, node: Node, samples: Iterable[GpuSample]) -> li
     }
     rows = []
     for sample in samples:
-        key = series_key(sample)
+        key = _storable(series_key(sample))
+        labels = _labels(sample.labels)
         row = known.get(key)
         if row is None:
             row = known[key] = TelemetrySeries(
                 node_id=node.id,
                 host=key[0],
                 gpu=key[1],
-                gpu_index=sample.gpu_index,
-                model=sample.model,
+                gpu_index=sample.gpu_index if _int32(sample.gpu_index) else None,
+                model=None if sample.model is None else printable(sample.model, _MODEL),
                 metric=key[2],
-                labels=dict(sample.labels),
+                labels=labels,
             )
             session.add(row)
-        elif sample.labels and row.labels != sample.labels:
-            row.labels = dict(sample.labels)  # e.g. a pod was assigned to an idle GPU
+        elif labels and row.labels != labels:
+            row.labels = labels  # e.g. a pod was assigned to an idle GPU
         rows.append(row)
     session.flush()  # new series in one batch
     return [row.id for row in rows]
+
+
+def _length(column: Any) -> int:
+    return int(column.type.length)
+
+
+_HOST, _GPU, _METRIC, _MODEL = (
+    _length(TelemetrySeries.__table__.c[column]) for column in ("host", "gpu", "metric", "model")
+)
+
+
+def _storable(key: tuple[str, str, str]) -> tuple[str, str, str]:
+    """A series key as its columns hold it: no NUL or lone surrogate (an exporter's labels are
+    any text), within each column's length."""
+    host, gpu, metric = key
+    return printable(host, _HOST), printable(gpu, _GPU), printable(metric, _METRIC)
+
+
+def _labels(labels: dict[str, str]) -> dict[str, str]:
+    return {printable(k, 200): printable(v, 1000) for k, v in labels.items()}
+
+
+def _int32(value: int | None) -> bool:
+    return value is not None and -(2**31) <= value < 2**31
 
 
 def store_scrape(session: Session, node: Node, scrape: Scrape, at: float) -> int:
