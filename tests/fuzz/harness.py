@@ -17,7 +17,6 @@ import json
 import math
 import os
 import signal
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -238,8 +237,3 @@ def report() -> list[str]:
         parsed, refused = OUTCOMES[reader, "parsed"], OUTCOMES[reader, "refused"]
         lines.append(f"{reader}: {TRIED[reader]} inputs ({parsed} parsed, {refused} refused)")
     return lines
-
-
-def stopwatch() -> Callable[[], float]:
-    start = time.monotonic()
-    return lambda: time.monotonic() - start
