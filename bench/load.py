@@ -135,12 +135,14 @@ def run_load(
 
     with ThreadPoolExecutor(max_workers=uploads + readers) as pool:
         reading = [pool.submit(read, seed) for seed in range(readers)]
-        job_ids = [j for j in pool.map(upload, range(uploads)) if j is not None]
-        result.uploads = len(job_ids)
-        states = _wait_jobs(server, headers, job_ids, timeout)
-        while time.monotonic() - started < min_seconds:
-            time.sleep(0.5)
-        done.set()
+        try:
+            job_ids = [j for j in pool.map(upload, range(uploads)) if j is not None]
+            result.uploads = len(job_ids)
+            states = _wait_jobs(server, headers, job_ids, timeout)
+            while time.monotonic() - started < min_seconds:
+                time.sleep(0.5)
+        finally:  # readers loop until told: stop them however this ends, or the pool never exits
+            done.set()
         for future in reading:
             future.result()
     result.seconds = time.monotonic() - started
@@ -159,7 +161,10 @@ def _wait_jobs(
             for job_id in job_ids:
                 if states.get(job_id) in ("succeeded", "failed"):
                     continue
-                response = client.get(f"/api/v1/jobs/{job_id}")
+                try:
+                    response = client.get(f"/api/v1/jobs/{job_id}")
+                except httpx.HTTPError:
+                    continue  # a busy server: ask again on the next round
                 if response.is_success:
                     states[job_id] = response.json()["state"]
             if all(states.get(j) in ("succeeded", "failed") for j in job_ids):

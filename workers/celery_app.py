@@ -1,4 +1,5 @@
-"""The Celery application. Embedded mode uses a file-system broker under ``RUNWATCH_HOME``.
+"""The Celery application. Embedded mode uses a file-system broker under ``RUNWATCH_HOME``
+(``workers.file_broker``).
 
 Job state and results live in the database, so no result backend is configured.
 """
@@ -49,6 +50,8 @@ def create_celery(settings: Settings) -> Celery:
         worker_redirect_stdouts=False,
         broker_transport_options=_transport_options(settings),
     )
+    if settings.is_embedded_broker:
+        app.conf.broker_transport = "workers.file_broker:Transport"
     return app
 
 

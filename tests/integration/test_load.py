@@ -43,7 +43,7 @@ def test_fifty_concurrent_uploads_with_reads(
             uploads=UPLOADS,
             readers=6,
             min_seconds=20,
-            timeout=400,
+            timeout=240,
         )
         assert server.poll() is None
     summary = result.summary()
