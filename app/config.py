@@ -133,6 +133,13 @@ class Settings(BaseSettings):
         " of about this many ids, one task each, across the workers; smaller runs in one task.",
     )
 
+    ingest_part_bytes: int = Field(
+        default=128 << 20,
+        ge=0,
+        description="A sample trace (samples.jsonl) larger than this is parsed in parts of about"
+        " this many bytes, one task each, across the workers; 0 parses every trace in one task.",
+    )
+
     worker_concurrency: int = 1
     log_level: str = "INFO"
 

@@ -24,6 +24,7 @@ def create_celery(settings: Settings) -> Celery:
         task_routes={
             "runwatch.ingest": {"queue": "ingest"},
             "runwatch.refresh_live": {"queue": "ingest"},
+            "runwatch.ingest_part": {"queue": "ingest"},
             "runwatch.analysis_part": {"queue": "ingest"},
             "runwatch.analysis_merge": {"queue": "ingest"},
             "runwatch.schedule_scrapes": {"queue": "telemetry"},

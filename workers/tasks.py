@@ -17,6 +17,7 @@ from app.db import get_engine, session_scope
 from app.services import (
     alert_delivery,
     analysis_parts,
+    ingest_parts,
     job_claims,
     recovery,
     scraping,
@@ -50,6 +51,7 @@ def ingest(self: Any, job_id: int, claim: str | None = None) -> str:
             on_alerts=enqueue_deliveries,
             claim_token=token,
             split=split_analysis,
+            split_ingest=split_ingest,
         )
     except RETRYABLE as exc:
         raise self.retry(
@@ -67,6 +69,40 @@ def enqueue_ingest(job_id: int, claim: str | None = None, delay: float | None = 
         ingest.apply_async((job_id,), {"claim": claim} if claim else None, countdown=delay)
     except BrokerUnavailable as exc:
         log.warning("ingest job %s stays queued, the broker is unavailable: %s", job_id, exc)
+
+
+def split_ingest(job_id: int, token: str) -> bool:
+    """Hand a large sample trace's parse to parts (``ingest_parts``); False: parse it here."""
+    return ingest_parts.start(
+        engine=get_engine(),
+        settings=get_settings(),
+        job_id=job_id,
+        token=token,
+        enqueue=enqueue_ingest_parts,
+    )
+
+
+def enqueue_ingest_parts(part_ids: list[int]) -> None:
+    """Call only after the transaction that created the parts has committed."""
+    for part_id in part_ids:
+        ingest_part.delay(part_id)
+
+
+@celery_app.task(
+    name="runwatch.ingest_part",
+    autoretry_for=RETRYABLE,
+    retry_backoff=2,
+    retry_backoff_max=60,
+    max_retries=8,
+)
+def ingest_part(part_id: int) -> str:
+    """Parse one byte range of a large sample trace; the last part sends its job back."""
+    last = ingest_parts.run_part(engine=get_engine(), settings=get_settings(), part_id=part_id)
+    if last is None:
+        return "done"
+    job_id, token = last
+    enqueue_ingest(job_id, claim=token)
+    return "last part"
 
 
 def split_analysis(job_id: int, token: str, run_id: int) -> bool:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from app.ingest.aliases import AliasTable
 from app.ingest.errors import IngestError, Warnings
 from app.ingest.jsonl import iter_json_blocks, iter_json_objects, parse_json
+from app.ingest.records import SampleTrace
 from app.ingest.source import READ_ERRORS, SourceTree
 
 MAX_JSON_DOC_BYTES = 16 << 20
@@ -22,6 +23,9 @@ class ReadContext:
     warnings: Warnings
     max_line_bytes: int
     on_bytes: Callable[[int], None] | None = None
+    samples: dict[str, SampleTrace] = field(default_factory=dict)
+    """Sample traces already parsed from files of the source, by path (a large trace is parsed
+    in parts by several workers; ``app.services.ingest_parts``)."""
 
     @contextmanager
     def open(self, path: str) -> Iterator[IO[bytes]]:
@@ -32,10 +36,18 @@ class ReadContext:
         except READ_ERRORS as exc:
             raise IngestError(f"could not be read ({exc})", file=path) from None
 
-    def objects(self, path: str, stream: IO[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
-        """``(line number, object)`` for each line of a JSON Lines file."""
+    def objects(
+        self, path: str, stream: IO[bytes], first_line: int = 1
+    ) -> Iterator[tuple[int, dict[str, Any]]]:
+        """``(line number, object)`` for each line of a JSON Lines file (or of a part of one
+        starting at line ``first_line``)."""
         return iter_json_objects(
-            stream, path, self.warnings, max_line_bytes=self.max_line_bytes, on_bytes=self.on_bytes
+            stream,
+            path,
+            self.warnings,
+            max_line_bytes=self.max_line_bytes,
+            on_bytes=self.on_bytes,
+            first_line=first_line,
         )
 
     def blocks(

@@ -22,9 +22,11 @@ def iter_lines(
     *,
     max_line_bytes: int,
     on_bytes: Callable[[int], None] | None = None,
+    first_line: int = 1,
 ) -> Iterator[tuple[int, bytes, bool]]:
-    """Yield ``(line_number, line, ended_with_newline)``; no line exceeds ``max_line_bytes``."""
-    lineno = 0
+    """Yield ``(line_number, line, ended_with_newline)``; no line exceeds ``max_line_bytes``.
+    ``first_line``: the number of the stream's first line (a part of a file starts mid-way)."""
+    lineno = first_line - 1
     rest = b""
     while True:
         block = stream.read(BLOCK)
@@ -103,6 +105,7 @@ def iter_json_objects(
     *,
     max_line_bytes: int,
     on_bytes: Callable[[int], None] | None = None,
+    first_line: int = 1,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, object)`` for each non-blank line.
 
@@ -110,7 +113,7 @@ def iter_json_objects(
     writer leaves behind: it is skipped with a warning. Any other bad line is an error.
     """
     for lineno, raw, complete in iter_lines(
-        stream, file, max_line_bytes=max_line_bytes, on_bytes=on_bytes
+        stream, file, max_line_bytes=max_line_bytes, on_bytes=on_bytes, first_line=first_line
     ):
         line = raw.strip()
         if not line:

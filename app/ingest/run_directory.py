@@ -143,32 +143,10 @@ class RunDirectoryReader:
         return prefix + bare
 
     def _read_samples(self, path: str) -> SampleTrace:
-        steps: list[int] = []
-        counts: list[int] = []
-        chunks: list[np.ndarray] = []
+        if path in self.ctx.samples:
+            return self.ctx.samples[path]
         with self._open(path) as stream:
-            for lineno, obj in self._objects(path, stream):
-                step_key = next((k for k in STEP_KEYS if k in obj), None)
-                if step_key is None:
-                    raise IngestError("no step field", file=path, line=lineno)
-                step = as_step(obj[step_key], path, lineno, step_key)
-                ids_key = next((k for k in SAMPLE_ID_KEYS if k in obj), None)
-                if ids_key is None:
-                    raise IngestError(
-                        f"no sample id list (expected one of: {', '.join(SAMPLE_ID_KEYS)})",
-                        file=path,
-                        line=lineno,
-                    )
-                ids = _as_ids(obj[ids_key], path, lineno, ids_key)
-                steps.append(step)
-                counts.append(ids.size)
-                chunks.append(ids)
-        ids_all = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
-        return SampleTrace(
-            steps=np.asarray(steps, dtype=np.int64),
-            counts=np.asarray(counts, dtype=np.int64),
-            ids=ids_all.astype(np.int64, copy=False),
-        )
+            return read_sample_lines(self._objects(path, stream), path)
 
     def _read_events(self, path: str) -> list[EventRecord]:
         events: list[EventRecord] = []
@@ -246,6 +224,36 @@ class RunDirectoryReader:
         if record.data_state is not None:
             _fill_position(record)
         return record
+
+
+def read_sample_lines(objects: Iterator[tuple[int, dict[str, Any]]], path: str) -> SampleTrace:
+    """A sample trace from the ``(line number, object)`` pairs of ``samples.jsonl`` (or a part
+    of it)."""
+    steps: list[int] = []
+    counts: list[int] = []
+    chunks: list[np.ndarray] = []
+    for lineno, obj in objects:
+        step_key = next((k for k in STEP_KEYS if k in obj), None)
+        if step_key is None:
+            raise IngestError("no step field", file=path, line=lineno)
+        step = as_step(obj[step_key], path, lineno, step_key)
+        ids_key = next((k for k in SAMPLE_ID_KEYS if k in obj), None)
+        if ids_key is None:
+            raise IngestError(
+                f"no sample id list (expected one of: {', '.join(SAMPLE_ID_KEYS)})",
+                file=path,
+                line=lineno,
+            )
+        ids = _as_ids(obj[ids_key], path, lineno, ids_key)
+        steps.append(step)
+        counts.append(ids.size)
+        chunks.append(ids)
+    ids_all = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+    return SampleTrace(
+        steps=np.asarray(steps, dtype=np.int64),
+        counts=np.asarray(counts, dtype=np.int64),
+        ids=ids_all.astype(np.int64, copy=False),
+    )
 
 
 def find_run_root(tree: SourceTree) -> str:

@@ -6,6 +6,7 @@ from app.models.analysis import AnalysisBatch, AnalysisPart
 from app.models.base import Base
 from app.models.checkpoint import Checkpoint, CheckpointComponent
 from app.models.finding import Finding
+from app.models.ingest_parts import IngestBatch, IngestPart
 from app.models.job import IngestJob
 from app.models.run import Event, Project, Run, Segment
 from app.models.series import MetricChunk, MetricSeries, SampleChunk
@@ -27,7 +28,9 @@ __all__ = [
     "CheckpointComponent",
     "Event",
     "Finding",
+    "IngestBatch",
     "IngestJob",
+    "IngestPart",
     "MetricChunk",
     "MetricSeries",
     "Node",

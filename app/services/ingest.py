@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, delete, func, select
@@ -30,19 +29,17 @@ from app.ingest.context import ReadContext
 from app.ingest.errors import IngestError, Warnings, printable
 from app.ingest.formats import read_source
 from app.ingest.records import ParsedRun
-from app.ingest.source import Limits, open_source
 from app.models import IngestJob, Project, Run
 from app.services import alerts as alert_service
 from app.services import analysis as analysis_service
-from app.services import job_claims
+from app.services import ingest_parts, job_claims
 from app.services.job_claims import ClaimLost, Heartbeat, fenced_update
 from app.services.run_store import RunLayout, plan_layout, replace_run_data
-from app.services.sources import StoredSource, source_file
+from app.services.sources import StoredSource, open_stored
 
 log = logging.getLogger(__name__)
 
 QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
-EXTERNAL = "external"  # a source read in place (a watched folder), not copied into the store
 FINAL_STATES = (SUCCEEDED, FAILED)
 
 
@@ -140,6 +137,9 @@ AlertSink = Callable[[list[int]], None]
 # (job id, claim token, run id) -> whether the analysis went to parts that finish the job
 # (``analysis_parts.start``); the ingest task passes it, direct callers analyse in one go
 SplitAnalysis = Callable[[int, str, int], bool]
+# (job id, claim token) -> whether the parse of a large sample trace went to parts that send
+# the job back when done (``ingest_parts.start``); direct callers parse in one go
+SplitIngest = Callable[[int, str], bool]
 
 
 def run_job(
@@ -150,6 +150,7 @@ def run_job(
     on_alerts: AlertSink | None = None,
     claim_token: str | None = None,
     split: SplitAnalysis | None = None,
+    split_ingest: SplitIngest | None = None,
 ) -> IngestJob:
     """Do one ingest job. Safe to call again for the same job (a redelivered task): a job that
     is finished, or held by another worker, is returned as it is.
@@ -171,7 +172,16 @@ def run_job(
     try:
         with Heartbeat(engine, job_id, token, settings.job_heartbeat_s) as heartbeat:
             return _run_claimed(
-                engine, settings, job_id, token, source, stored, heartbeat, on_alerts, split
+                engine,
+                settings,
+                job_id,
+                token,
+                source,
+                stored,
+                heartbeat,
+                on_alerts,
+                split,
+                split_ingest,
             )
     except ClaimLost:
         log.warning("ingest job %s was taken over by another worker; this try stops", job_id)
@@ -191,6 +201,7 @@ def _run_claimed(
     heartbeat: Heartbeat,
     on_alerts: AlertSink | None,
     split: SplitAnalysis | None = None,
+    split_ingest: SplitIngest | None = None,
 ) -> IngestJob:
     unchanged = _unchanged_run(engine, source)
     if unchanged is not None:
@@ -199,8 +210,16 @@ def _run_claimed(
         return _analyze_and_finish(engine, job_id, token, stored, on_alerts)
     warnings = Warnings()
     progress = _Progress(engine, job_id, token, heartbeat)
+    traces = ingest_parts.parsed_traces(
+        engine=engine, settings=settings, job_id=job_id, token=token
+    )
+    retrying = False
     try:
-        parsed = _parse(settings, source, warnings, progress)
+        if not traces.parts and split_ingest is not None and split_ingest(job_id, token):
+            return _job(engine, job_id)  # running: its parts send it back when parsed
+        for message in traces.warnings:
+            warnings.add(message)
+        parsed = _parse(settings, source, warnings, progress, traces)
         progress.flush(phase="writing")
         layout = plan_layout(parsed, warnings)
         _check_sample_ids(parsed, warnings)
@@ -210,6 +229,7 @@ def _run_claimed(
     except IngestError as exc:
         return _fail(engine, job_id, token, str(exc), warnings)
     except (OperationalError, InterfaceError, IntegrityError, ClaimLost):
+        retrying = True  # the task retries with this token and uses the parsed parts again
         raise  # database away, a concurrent ingest of the same run (the task retries), or lost
     except DataError as exc:  # a value the database refuses: PostgreSQL's int32 columns
         return _fail(engine, job_id, token, _refused_by_database(exc), warnings)
@@ -218,12 +238,28 @@ def _run_claimed(
         return _fail(
             engine, job_id, token, f"internal error: {type(exc).__name__}: {exc}", warnings
         )
+    finally:
+        if traces.parts and not retrying:  # used, or the job failed: done with
+            ingest_parts.discard(engine=engine, settings=settings, job_id=job_id)
+    if traces.parts:
+        _record_parts(engine, job_id, token, traces.parts)
     if split is not None and split(job_id, token, run_id):
-        with session_scope(engine) as session:  # running: its analysis parts finish it
-            job = session.get(IngestJob, job_id)
-            assert job is not None
-            return job
+        return _job(engine, job_id)  # running: its analysis parts finish it
     return _analyze_and_finish(engine, job_id, token, run_id, on_alerts)
+
+
+def _job(engine: Engine, job_id: int) -> IngestJob:
+    with session_scope(engine) as session:
+        job = session.get(IngestJob, job_id)
+        assert job is not None
+        return job
+
+
+def _record_parts(engine: Engine, job_id: int, token: str, parts: int) -> None:
+    with session_scope(engine) as session:
+        job = session.get(IngestJob, job_id)
+        assert job is not None
+        fenced_update(session, job_id, token, counts={**(job.counts or {}), "ingest_parts": parts})
 
 
 def _stored_from(engine: Engine, run_id: int, source: _Source) -> bool:
@@ -371,31 +407,20 @@ def _job_source(job: IngestJob) -> _Source:
 
 
 def _parse(
-    settings: Settings, source: _Source, warnings: Warnings, progress: _Progress
+    settings: Settings,
+    source: _Source,
+    warnings: Warnings,
+    progress: _Progress,
+    traces: ingest_parts.ParsedTraces,
 ) -> ParsedRun:
-    if source.kind == EXTERNAL:  # a watched folder, read where it is
-        path, kind = Path(source.key), "directory"
-        if not path.is_dir():
-            raise IngestError("the watched folder is gone", file=source.key)
-    else:
-        path, kind = source_file(settings, source.key), source.kind
-        if not path.exists():
-            raise IngestError("the raw source is missing from the source store", file=source.name)
-    limits = Limits(
-        max_source_bytes=settings.max_source_bytes,
-        max_members=settings.max_archive_members,
-        max_compression_ratio=settings.max_compression_ratio,
-        max_line_bytes=settings.max_line_bytes,
-    )
-    scratch = settings.resolved_home / "tmp"
-    scratch.mkdir(parents=True, exist_ok=True)
-    with open_source(path, kind, source.name, warnings, limits, scratch) as tree:
+    with open_stored(settings, source.key, source.kind, source.name, warnings) as tree:
         ctx = ReadContext(
             tree=tree,
             aliases=AliasTable(settings.metric_aliases),
             warnings=warnings,
             max_line_bytes=settings.max_line_bytes,
             on_bytes=progress,
+            samples=traces.traces,
         )
         return read_source(ctx)
 

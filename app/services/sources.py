@@ -10,13 +10,15 @@ import hashlib
 import os
 import tarfile
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from app.config import Settings
-from app.ingest.errors import IngestError, printable
-from app.ingest.source import archive_kind, copy_limited
+from app.ingest.errors import IngestError, Warnings, printable
+from app.ingest.source import Limits, SourceTree, archive_kind, copy_limited, open_source
 
 MAX_NAME = 200  # characters of an uploaded file's name kept (the job's source and run names)
 
@@ -183,3 +185,32 @@ def default_run_name(filename: str, kind: str, parent_name: str | None) -> str:
     if filename == "metrics.jsonl" and parent_name:
         return parent_name
     return filename.rsplit(".", 1)[0] or filename
+
+
+EXTERNAL = "external"  # a source read in place (a watched folder), not copied into the store
+
+
+@contextmanager
+def open_stored(
+    settings: Settings, key: str, kind: str, name: str, warnings: Warnings
+) -> Iterator[SourceTree]:
+    """Open a job's source as a tree: a stored source from the store, an external one (a
+    watched folder) where it is."""
+    if kind == EXTERNAL:
+        path, kind = Path(key), "directory"
+        if not path.is_dir():
+            raise IngestError("the watched folder is gone", file=key)
+    else:
+        path = source_file(settings, key)
+        if not path.exists():
+            raise IngestError("the raw source is missing from the source store", file=name)
+    limits = Limits(
+        max_source_bytes=settings.max_source_bytes,
+        max_members=settings.max_archive_members,
+        max_compression_ratio=settings.max_compression_ratio,
+        max_line_bytes=settings.max_line_bytes,
+    )
+    scratch = settings.resolved_home / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    with open_source(path, kind, name, warnings, limits, scratch) as tree:
+        yield tree

@@ -23,7 +23,7 @@ from app.ingest.formats import readers
 from app.ingest.source import DirectoryTree, Limits
 from app.services import ingest as ingest_service
 from app.services.live import fingerprint, folder_bytes
-from app.services.sources import StoredSource
+from app.services.sources import EXTERNAL, StoredSource
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class Watcher:
             key=str(run),
             sha256=mark,
             bytes=folder_bytes(run),
-            kind=ingest_service.EXTERNAL,
+            kind=EXTERNAL,
             name=run.name,
             default_run_name=run.name,
         )

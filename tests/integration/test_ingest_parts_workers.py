@@ -1,0 +1,61 @@
+"""Ingest and analysis both in parts through real worker processes: each example run's
+``samples.jsonl`` is parsed in parts of 20 kB and its analysis split per epoch; `runwatch ingest
+--wait --json` reports exactly the findings truth.json calls for. On PostgreSQL + Redis two
+workers share the parts; on SQLite + the embedded file-system broker one worker does them all."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+from app.analysis.truth import score
+from app.db import session_scope
+from app.models import AnalysisBatch, IngestBatch
+from tests.helpers import expected_verdict
+from tests.integration.test_analysis_parts_workers import _done, _ingest
+from tests.procs import background, wait_for_log
+
+pytestmark = pytest.mark.integration
+
+RUNS = ["double_resume", "exact_resume", "megatron_offset", "stall_on_save"]
+
+
+def test_examples_parsed_and_analysed_in_parts_across_workers(
+    service_env: dict[str, str], backend: str, engine: Engine, example_runs: Path, tmp_path: Path
+) -> None:
+    env = {
+        **service_env,
+        "RUNWATCH_INGEST_PART_BYTES": "20000",
+        "RUNWATCH_ANALYSIS_CHUNK_IDS": "1",
+    }
+    workers = 2 if backend == "postgresql" else 1
+    logs = [tmp_path / f"worker-{i}.log" for i in range(workers)]
+    runs = [example_runs / name for name in RUNS]
+    with background(["worker", "--loglevel", "INFO"], env, logs[0]) as first:
+        wait_for_log(logs[0], "ready", first)
+        if workers == 2:
+            with background(["worker", "--loglevel", "INFO"], env, logs[1]) as second:
+                wait_for_log(logs[1], "ready", second)
+                result = _ingest(runs, env)
+        else:
+            result = _ingest(runs, env)
+    assert result.returncode == 0, result.stderr + result.stdout
+    outcomes = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(outcomes) == len(runs)
+    for run_dir, outcome in zip(runs, outcomes, strict=True):
+        assert outcome["status"] == "succeeded", outcome
+        assert outcome["counts"]["ingest_parts"] >= 7, run_dir.name
+        assert outcome["counts"]["analysis_parts"] >= 3, run_dir.name
+        truth = json.loads((run_dir / "truth.json").read_text())
+        scored = score(truth, outcome["findings"])
+        assert scored.exact, (run_dir.name, scored.missed, scored.false_alarms)
+        assert outcome["verdict"] == expected_verdict(truth), run_dir.name
+    parts_per_worker = [_done(log, "runwatch.ingest_part") for log in logs]
+    assert all(n > 0 for n in parts_per_worker), parts_per_worker  # every worker took parts
+    assert sum(parts_per_worker) == sum(o["counts"]["ingest_parts"] for o in outcomes)
+    with session_scope(engine) as session:  # finished batches are deleted
+        assert session.scalar(select(func.count()).select_from(IngestBatch)) == 0
+        assert session.scalar(select(func.count()).select_from(AnalysisBatch)) == 0
