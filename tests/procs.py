@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -90,3 +90,13 @@ def wait_for_log(
             raise RuntimeError(f"process exited with {proc.returncode}:\n{log.read_text()}")
         time.sleep(0.2)
     raise TimeoutError(f"'{needle}' not in log after {timeout} s:\n{log.read_text()}")
+
+
+@contextmanager
+def workers(env: dict[str, str], logs: list[Path]) -> Iterator[None]:
+    """One ``runwatch worker`` per log file, each ready before the block starts."""
+    with ExitStack() as stack:
+        for log in logs:
+            proc = stack.enter_context(background(["worker", "--loglevel", "INFO"], env, log))
+            wait_for_log(log, "ready", proc)
+        yield

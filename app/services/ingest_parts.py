@@ -159,7 +159,7 @@ def run_part(*, engine: Engine, settings: Settings, part_id: int) -> tuple[int, 
         with Heartbeat(engine, part.job_id, part.token, settings.job_heartbeat_s) as heartbeat:
             trace = _parse_range(folder / COPY, part, warnings, settings.max_line_bytes)
             heartbeat.check()
-            _save(folder / f"part-{part.ordinal:05d}.npz", trace)
+            save_part(folder / f"part-{part.ordinal:05d}.npz", trace)
             with session_scope(engine) as session:
                 return _record(session, part, part_id, warnings.summary())
     except ClaimLost:
@@ -187,11 +187,23 @@ def _parse_range(copy: Path, part: _Part, warnings: Warnings, max_line_bytes: in
         return read_sample_lines(objects, part.file)
 
 
-def _save(path: Path, trace: SampleTrace) -> None:
+def save_part(path: Path, trace: SampleTrace) -> None:
+    """Write a part's arrays (complete, or not at all)."""
     partial = path.with_name(path.name + ".partial")
     with partial.open("wb") as out:
         np.savez(out, steps=trace.steps, counts=trace.counts, ids=trace.ids)
     partial.replace(path)
+
+
+def load_parts(paths: list[Path]) -> SampleTrace:
+    """The trace of parts written by ``save_part``, in the order given."""
+    steps, counts, ids = [], [], []
+    for path in paths:
+        with np.load(path) as arrays:
+            steps.append(arrays["steps"])
+            counts.append(arrays["counts"])
+            ids.append(arrays["ids"])
+    return SampleTrace(np.concatenate(steps), np.concatenate(counts), np.concatenate(ids))
 
 
 def _record(
@@ -250,16 +262,7 @@ def parsed_traces(*, engine: Engine, settings: Settings, job_id: int, token: str
         names = [folder / f"part-{part.ordinal:05d}.npz" for part in batch.items]
         warnings = [w for part in batch.items for w in (part.warnings or [])]
         file, parts = batch.file, batch.parts
-    steps, counts, ids = [], [], []
-    for name in names:
-        with np.load(name) as arrays:
-            steps.append(arrays["steps"])
-            counts.append(arrays["counts"])
-            ids.append(arrays["ids"])
-    trace = SampleTrace(
-        steps=np.concatenate(steps), counts=np.concatenate(counts), ids=np.concatenate(ids)
-    )
-    return ParsedTraces(traces={file: trace}, warnings=warnings, parts=parts)
+    return ParsedTraces(traces={file: load_parts(names)}, warnings=warnings, parts=parts)
 
 
 def discard(

@@ -76,3 +76,22 @@ Requests/sec:   2000.50
     result = parse_wrk(text)
     assert result["rps"] == 2000.5 and result["requests"] == 20000
     assert result["p50_ms"] == 0.75 and result["p99_ms"] == 12.5 and result["non_2xx"] == 0
+
+
+def test_parse_in_parts_benchmark_gives_the_same_trace(tmp_path: Path) -> None:
+    out = tmp_path / "parts.json"
+    env = {**os.environ, "RUNWATCH_BENCH_CACHE": str(tmp_path / "cache")}
+    args = ["--steps", "2000", "--batch", "64", "--part-bytes", "50000", "--json", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.ingest_parallel", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads(out.read_text())
+    assert doc["sample_ids"] == 2000 * 64
+    assert [s["workers"] for s in doc["split"]] == [1, 2]
+    assert all(s["same_trace"] and s["parts"] > 5 for s in doc["split"])

@@ -16,7 +16,7 @@ from app.analysis.truth import score
 from app.db import session_scope
 from app.models import AnalysisBatch
 from tests.helpers import expected_verdict
-from tests.procs import background, runwatch, wait_for_log
+from tests.procs import runwatch, workers
 
 pytestmark = pytest.mark.integration
 
@@ -27,17 +27,11 @@ def test_examples_analysed_in_parts_across_workers(
     service_env: dict[str, str], backend: str, engine: Engine, example_runs: Path, tmp_path: Path
 ) -> None:
     env = {**service_env, "RUNWATCH_ANALYSIS_CHUNK_IDS": "1"}  # one part per designed epoch
-    workers = 2 if backend == "postgresql" else 1
-    logs = [tmp_path / f"worker-{i}.log" for i in range(workers)]
+    count = 2 if backend == "postgresql" else 1
+    logs = [tmp_path / f"worker-{i}.log" for i in range(count)]
     runs = [example_runs / name for name in RUNS]
-    with background(["worker", "--loglevel", "INFO"], env, logs[0]) as first:
-        wait_for_log(logs[0], "ready", first)
-        if workers == 2:
-            with background(["worker", "--loglevel", "INFO"], env, logs[1]) as second:
-                wait_for_log(logs[1], "ready", second)
-                result = _ingest(runs, env)
-        else:
-            result = _ingest(runs, env)
+    with workers(env, logs):
+        result = _ingest(runs, env)
     assert result.returncode == 0, result.stderr + result.stdout
     outcomes = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(outcomes) == len(runs)

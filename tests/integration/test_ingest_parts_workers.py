@@ -16,7 +16,7 @@ from app.db import session_scope
 from app.models import AnalysisBatch, IngestBatch
 from tests.helpers import expected_verdict
 from tests.integration.test_analysis_parts_workers import _done, _ingest
-from tests.procs import background, wait_for_log
+from tests.procs import workers
 
 pytestmark = pytest.mark.integration
 
@@ -31,17 +31,11 @@ def test_examples_parsed_and_analysed_in_parts_across_workers(
         "RUNWATCH_INGEST_PART_BYTES": "20000",
         "RUNWATCH_ANALYSIS_CHUNK_IDS": "1",
     }
-    workers = 2 if backend == "postgresql" else 1
-    logs = [tmp_path / f"worker-{i}.log" for i in range(workers)]
+    count = 2 if backend == "postgresql" else 1
+    logs = [tmp_path / f"worker-{i}.log" for i in range(count)]
     runs = [example_runs / name for name in RUNS]
-    with background(["worker", "--loglevel", "INFO"], env, logs[0]) as first:
-        wait_for_log(logs[0], "ready", first)
-        if workers == 2:
-            with background(["worker", "--loglevel", "INFO"], env, logs[1]) as second:
-                wait_for_log(logs[1], "ready", second)
-                result = _ingest(runs, env)
-        else:
-            result = _ingest(runs, env)
+    with workers(env, logs):
+        result = _ingest(runs, env)
     assert result.returncode == 0, result.stderr + result.stdout
     outcomes = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(outcomes) == len(runs)
