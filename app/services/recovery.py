@@ -13,6 +13,11 @@ embedded worker thread. In one transaction it:
 - starts the refresh of live runs that wait for one that never came (its message was lost, or
   its worker died after the job was made), under the same condition.
 
+A running job whose parts (``ingest_parts``, ``analysis_parts``) are still to run has no worker
+of its own to beat for it while they wait in the queue: it is swept as a queued job is, queued
+again only when its heartbeat is older than ``job_lost_after_s`` while no worker took any job for
+as long. So a long queue ahead of the parts does not make their job start over.
+
 The caller enqueues the returned job ids after the commit. A job sent twice runs once: workers
 claim jobs (``job_claims``).
 """
@@ -24,10 +29,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import ColumnElement, String, and_, cast, exists, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from app.config import Settings
-from app.models import IngestJob, Run
+from app.models import AnalysisBatch, IngestBatch, IngestJob, Run
 from app.services import live as live_service
 
 log = logging.getLogger(__name__)
@@ -78,13 +83,19 @@ def _stale(stale_before: datetime) -> ColumnElement[bool]:
 
 def _abandoned(session: Session, settings: Settings, now: datetime, found: Recovery) -> None:
     stale_before = now - timedelta(seconds=settings.job_stale_after_s)
+    lost_before = now - timedelta(seconds=settings.job_lost_after_s)
+    waiting = _parts_waiting()
+    stale = or_(
+        and_(~waiting, _stale(stale_before)),
+        and_(waiting, _stale(lost_before), ~_queue_moving_clause(lost_before)),
+    )
     rows = session.execute(
         select(IngestJob.id, IngestJob.attempts, IngestJob.worker).where(
-            IngestJob.state == RUNNING, _stale(stale_before)
+            IngestJob.state == RUNNING, stale
         )
     ).all()
     for job_id, attempts, worker in rows:
-        still = and_(IngestJob.id == job_id, IngestJob.state == RUNNING, _stale(stale_before))
+        still = and_(IngestJob.id == job_id, IngestJob.state == RUNNING, stale)
         if attempts >= settings.job_max_attempts:
             values = {
                 "state": FAILED,
@@ -111,7 +122,28 @@ def _abandoned(session: Session, settings: Settings, now: datetime, found: Recov
 
 def _queue_moving(session: Session, since: datetime) -> bool:
     """Whether any worker took a job since ``since``: then queued jobs are waiting their turn."""
-    return session.scalar(select(exists().where(IngestJob.started_at >= since))) or False
+    return session.scalar(select(_queue_moving_clause(since))) or False
+
+
+def _queue_moving_clause(since: datetime) -> ColumnElement[bool]:
+    started = aliased(IngestJob)
+    return exists().where(started.started_at >= since)
+
+
+def _parts_waiting() -> ColumnElement[bool]:
+    """The job has parts of its current claim still to run."""
+    return or_(
+        exists().where(
+            IngestBatch.job_id == IngestJob.id,
+            IngestBatch.claim_token == IngestJob.claim_token,
+            IngestBatch.parts_done < IngestBatch.parts,
+        ),
+        exists().where(
+            AnalysisBatch.job_id == IngestJob.id,
+            AnalysisBatch.claim_token == IngestJob.claim_token,
+            AnalysisBatch.parts_done < AnalysisBatch.parts,
+        ),
+    )
 
 
 def _lost_messages(session: Session, now: datetime, lost_before: datetime) -> list[int]:

@@ -9,6 +9,7 @@ data; a redelivered part, a job taken over and a trace too small to split are ha
 from __future__ import annotations
 
 import shutil
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from app.config import Settings
 from app.db import session_scope
 from app.models import IngestBatch, IngestJob, IngestPart
 from app.services import ingest as ingest_service
-from app.services import ingest_parts, traces
+from app.services import ingest_parts, recovery, traces
 from tests.helpers import ingest_path
 from tests.services.test_analysis_parts import stored_analysis, submit
 
@@ -254,4 +255,41 @@ def test_a_try_that_retries_keeps_the_parsed_parts(
     done = queue.run_job(*back)
     assert done.state == "succeeded" and done.counts["ingest_parts"] == len(parts)
     assert queue.parts == []  # not split again
+    assert left_behind(engine, split_settings) == (0, 0, [])
+
+
+def test_sweep_lets_a_job_wait_for_its_parts_while_the_queue_moves(
+    engine: Engine, split_settings: Settings, example_runs: Path
+) -> None:
+    """Parts behind a long queue beat for nobody: their job is swept like a queued job, not like
+    one whose worker died, so it does not start over while workers are busy elsewhere."""
+    queue = Queue(engine, split_settings)
+    job_id = submit(engine, split_settings, example_runs / "fresh_seed", "p", "r")
+    assert queue.run_job(job_id).state == "running"
+    beat = job(engine, job_id).heartbeat_at
+    assert beat is not None
+    stale = split_settings.job_stale_after_s
+    lost = split_settings.job_lost_after_s
+
+    def sweep(after: float) -> list[int]:
+        with session_scope(engine) as session:
+            found = recovery.recover(
+                session=session, settings=split_settings, now=beat + timedelta(seconds=after)
+            )
+            return found.requeued
+
+    assert sweep(stale + 1) == []  # a job without parts would be queued again by now
+    other = submit(engine, split_settings, example_runs / "clean", "p", "other")
+    with session_scope(engine) as session:  # another job taken by a worker: the queue moves
+        session.execute(
+            update(IngestJob)
+            .where(IngestJob.id == other)
+            .values(started_at=beat + timedelta(seconds=lost))
+        )
+    assert sweep(lost + 1) == []
+    assert sweep(2 * lost + 2) == [job_id]  # no worker took anything for as long: lost parts
+    queue.parts.clear()
+    assert queue.run_job(job_id).state == "running"  # the next try cuts again
+    queue.drain()
+    assert job(engine, job_id).state == "succeeded"
     assert left_behind(engine, split_settings) == (0, 0, [])
