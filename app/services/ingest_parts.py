@@ -188,10 +188,13 @@ def _parse_range(copy: Path, part: _Part, warnings: Warnings, max_line_bytes: in
 
 
 def save_part(path: Path, trace: SampleTrace) -> None:
-    """Write a part's arrays (complete, or not at all)."""
+    """Write a part's arrays (complete, or not at all); ids as 32-bit when they fit."""
+    ids = trace.ids
+    if ids.size and 0 <= int(ids.min()) and int(ids.max()) < 1 << 32:
+        ids = ids.astype(np.uint32)
     partial = path.with_name(path.name + ".partial")
     with partial.open("wb") as out:
-        np.savez(out, steps=trace.steps, counts=trace.counts, ids=trace.ids)
+        np.savez(out, steps=trace.steps, counts=trace.counts, ids=ids)
     partial.replace(path)
 
 
@@ -203,7 +206,11 @@ def load_parts(paths: list[Path]) -> SampleTrace:
             steps.append(arrays["steps"])
             counts.append(arrays["counts"])
             ids.append(arrays["ids"])
-    return SampleTrace(np.concatenate(steps), np.concatenate(counts), np.concatenate(ids))
+    return SampleTrace(
+        np.concatenate(steps, dtype=np.int64),
+        np.concatenate(counts, dtype=np.int64),
+        np.concatenate(ids, dtype=np.int64),
+    )
 
 
 def _record(
