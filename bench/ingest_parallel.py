@@ -64,7 +64,7 @@ def parse_in_parts(path: Path, workers: int, part_bytes: int) -> tuple[SampleTra
         ranges = split_lines(stream, path.stat().st_size, part_bytes)
     cut = time.perf_counter() - started
     with tempfile.TemporaryDirectory() as tmp:
-        outs = [str(Path(tmp) / f"part-{i:05d}.npz") for i in range(len(ranges))]
+        outs = [str(Path(tmp) / f"part-{i:05d}") for i in range(len(ranges))]
         jobs = [(str(path), r, o) for r, o in zip(ranges, outs, strict=True)]
         with multiprocessing.get_context("fork").Pool(workers) as pool:
             mapped = time.perf_counter()

@@ -159,7 +159,7 @@ def run_part(*, engine: Engine, settings: Settings, part_id: int) -> tuple[int, 
         with Heartbeat(engine, part.job_id, part.token, settings.job_heartbeat_s) as heartbeat:
             trace = _parse_range(folder / COPY, part, warnings, settings.max_line_bytes)
             heartbeat.check()
-            save_part(folder / f"part-{part.ordinal:05d}.npz", trace)
+            save_part(folder / f"part-{part.ordinal:05d}", trace)
             with session_scope(engine) as session:
                 return _record(session, part, part_id, warnings.summary())
     except ClaimLost:
@@ -187,30 +187,35 @@ def _parse_range(copy: Path, part: _Part, warnings: Warnings, max_line_bytes: in
         return read_sample_lines(objects, part.file)
 
 
-def save_part(path: Path, trace: SampleTrace) -> None:
-    """Write a part's arrays (complete, or not at all); ids as 32-bit when they fit."""
+ARRAYS = ("steps", "counts", "ids")
+
+
+def save_part(prefix: Path, trace: SampleTrace) -> None:
+    """Write a part's arrays as ``PREFIX.steps.npy`` and so on, each complete or not at all;
+    ids as 32-bit when they fit. (Plain ``.npy`` files read back memory-mapped: an ``.npz``
+    would check a CRC of every byte on the way.)"""
     ids = trace.ids
-    if ids.size and 0 <= int(ids.min()) and int(ids.max()) < 1 << 32:
+    if ids.size and int(ids.min()) >= 0 and int(ids.max()) < 1 << 32:
         ids = ids.astype(np.uint32)
-    partial = path.with_name(path.name + ".partial")
-    with partial.open("wb") as out:
-        np.savez(out, steps=trace.steps, counts=trace.counts, ids=ids)
-    partial.replace(path)
+    for name, array in zip(ARRAYS, (trace.steps, trace.counts, ids), strict=True):
+        final = prefix.with_name(f"{prefix.name}.{name}.npy")
+        partial = final.with_name(final.name + ".partial")
+        with partial.open("wb") as out:
+            np.save(out, array)
+        partial.replace(final)
 
 
-def load_parts(paths: list[Path]) -> SampleTrace:
+def load_parts(prefixes: list[Path]) -> SampleTrace:
     """The trace of parts written by ``save_part``, in the order given."""
-    steps, counts, ids = [], [], []
-    for path in paths:
-        with np.load(path) as arrays:
-            steps.append(arrays["steps"])
-            counts.append(arrays["counts"])
-            ids.append(arrays["ids"])
-    return SampleTrace(
-        np.concatenate(steps, dtype=np.int64),
-        np.concatenate(counts, dtype=np.int64),
-        np.concatenate(ids, dtype=np.int64),
-    )
+    columns = [
+        [
+            np.load(prefix.with_name(f"{prefix.name}.{name}.npy"), mmap_mode="r")
+            for prefix in prefixes
+        ]
+        for name in ARRAYS
+    ]
+    steps, counts, ids = (np.concatenate(parts, dtype=np.int64) for parts in columns)
+    return SampleTrace(steps, counts, ids)
 
 
 def _record(
@@ -266,7 +271,7 @@ def parsed_traces(*, engine: Engine, settings: Settings, job_id: int, token: str
         if batch is None or batch.parts_done < batch.parts:
             return ParsedTraces()
         folder = settings.sources_path / batch.folder
-        names = [folder / f"part-{part.ordinal:05d}.npz" for part in batch.items]
+        names = [folder / f"part-{part.ordinal:05d}" for part in batch.items]
         warnings = [w for part in batch.items for w in (part.warnings or [])]
         file, parts = batch.file, batch.parts
     return ParsedTraces(traces={file: load_parts(names)}, warnings=warnings, parts=parts)
