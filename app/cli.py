@@ -742,11 +742,12 @@ def _run_api(host: str, port: int, workers: int = 1) -> None:
 
     typer.echo(f"Runwatch at http://{host}:{port}  (API docs: http://{host}:{port}/docs)")
     uvicorn.run(
-        "app.api.main:create_app",
+        "app.api.main:create_served_app",
         factory=True,
         host=host,
         port=port,
         log_level="warning",
+        access_log=False,  # its lines are INFO, under log_level: not built for every request
         workers=workers,
     )
 

@@ -42,10 +42,15 @@ def make_engine(url: str) -> Engine:
             from pathlib import Path
 
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # A file database keeps a connection per concurrent request (up to the API's 40 threads):
+        # past pool_size a connection is closed when returned, and opening one again (with its
+        # pragmas) cost more than the request itself under load.
+        pool = {"pool_size": 16, "max_overflow": 24} if path and path != ":memory:" else {}
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": 60},
             json_deserializer=_json_loads,
+            **pool,
         )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
@@ -70,8 +75,11 @@ def session_factory(engine: Engine | None = None) -> sessionmaker[Session]:
 
 @contextmanager
 def session_scope(engine: Engine | None = None) -> Iterator[Session]:
-    """Commit on success, roll back on error, always close."""
-    session = session_factory(engine)()
+    """Commit on success, roll back on error, always close.
+
+    The session is made directly: a ``sessionmaker`` builds a new Session subclass each time it is
+    created, which cost more than the queries of a small API request."""
+    session = Session(bind=engine or get_engine(), expire_on_commit=False)
     try:
         yield session
         session.commit()

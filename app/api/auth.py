@@ -5,7 +5,8 @@ cookie after ``/login``; the cookie counts for GET and HEAD only, so a cross-sit
 write with it). Writes always need one; reads need one unless the deployment sets
 ``RUNWATCH_PUBLIC_READS``. A token has a scope (read < write < admin) and reaches one project
 or, when created without one, every project. Missing or unknown tokens get 401; a valid token
-that does not reach the target gets 403.
+that does not reach the target gets 403. A live token is remembered for a few seconds
+(``app.api.token_cache``): a revoked one is refused by the API within ``TTL_S`` seconds.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
+from starlette.concurrency import run_in_threadpool
 
-from app.api.deps import SessionDep, SettingsDep
+from app.api.deps import SettingsDep, app_session
+from app.api.token_cache import TokenCache
 from app.models import ApiToken
 from app.services.tokens import RANK, authenticate
 
@@ -50,14 +53,40 @@ def presented_secret(request: Request) -> str | None:
     return request.cookies.get(COOKIE) or None
 
 
-def current_principal(request: Request, session: SessionDep) -> Principal | None:
+async def current_principal(request: Request) -> Principal | None:
+    """The caller; a token seen within the cache's TTL needs no lookup (nor a thread)."""
     secret = presented_secret(request)
     if secret is None:
         return None
-    token = authenticate(session=session, secret=secret)
-    if token is None:
-        raise HTTPException(401, "invalid or revoked token", headers=CHALLENGE)
-    return principal_of(token)
+    principal = token_cache(request.app).get(secret)
+    if principal is not None:
+        return principal
+    return await run_in_threadpool(principal_for, request.app, secret)
+
+
+def principal_for(api: FastAPI, secret: str | None) -> Principal | None:
+    """The caller presenting ``secret`` (None: no token); 401 when it is unknown or revoked.
+
+    Blocks on the database when the token is not in the app's cache: call it in a thread."""
+    if secret is None:
+        return None
+    principal = token_cache(api).get(secret)
+    if principal is None:
+        with app_session(api) as session:
+            token = authenticate(session=session, secret=secret)
+            if token is None:
+                raise HTTPException(401, "invalid or revoked token", headers=CHALLENGE)
+            principal = principal_of(token)
+        token_cache(api).put(secret, principal)
+    return principal
+
+
+def token_cache(api: FastAPI) -> TokenCache[Principal]:
+    """The app's cache of recently seen live tokens (made on first use)."""
+    cache: TokenCache[Principal] | None = getattr(api.state, "token_cache", None)
+    if cache is None:
+        cache = api.state.token_cache = TokenCache()
+    return cache
 
 
 def principal_of(token: ApiToken) -> Principal:
@@ -72,7 +101,7 @@ def principal_of(token: ApiToken) -> Principal:
 PrincipalDep = Annotated[Principal | None, Depends(current_principal)]
 
 
-def require_reader(principal: PrincipalDep, settings: SettingsDep) -> Principal | None:
+async def require_reader(principal: PrincipalDep, settings: SettingsDep) -> Principal | None:
     if principal is None and not settings.public_reads:
         raise HTTPException(
             401, "a token is required: send 'Authorization: Bearer <token>'", headers=CHALLENGE
@@ -80,7 +109,12 @@ def require_reader(principal: PrincipalDep, settings: SettingsDep) -> Principal 
     return principal
 
 
-def require_token(principal: PrincipalDep) -> Principal:
+async def require_token(principal: PrincipalDep) -> Principal:
+    return writer(principal)
+
+
+def writer(principal: Principal | None) -> Principal:
+    """``principal``, or 401 when the request carried no token."""
     if principal is None:
         raise HTTPException(
             401, "writes need a token: send 'Authorization: Bearer <token>'", headers=CHALLENGE

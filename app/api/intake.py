@@ -19,8 +19,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.auth import authorize, current_principal, require_token
-from app.api.deps import app_session, app_settings
+from app.api.auth import authorize, presented_secret, principal_for, writer
+from app.api.deps import app_settings
 from app.api.errors import database_unavailable, error_response
 from app.config import MiB
 
@@ -96,9 +96,8 @@ def route_path(scope: Scope) -> str:
 def _refuse_uploader(api: FastAPI, request: Request) -> Response | None:
     """None when the request carries a live token with write scope (on some project)."""
     try:
-        with app_session(api) as session:
-            principal = require_token(current_principal(request, session))
-            authorize(principal, "write", principal.project)  # scope only: the form names it
+        principal = writer(principal_for(api, presented_secret(request)))
+        authorize(principal, "write", principal.project)  # scope only: the form names it
     except HTTPException as exc:
         headers = dict(exc.headers) if exc.headers else None
         return error_response(exc.status_code, str(exc.detail), headers=headers)

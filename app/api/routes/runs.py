@@ -5,10 +5,11 @@ from typing import Annotated
 
 import numpy as np
 import orjson
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, HTTPException, Query, Request, Response
+from sqlalchemy.orm import Session
 
 from app.api.auth import Reader, authorize, project_filter
-from app.api.deps import SessionDep
+from app.api.deps import SessionDep, read_in_session
 from app.api.schemas import (
     CheckpointOut,
     ComponentOut,
@@ -22,6 +23,7 @@ from app.api.schemas import (
     SeriesOut,
     VerdictOut,
 )
+from app.api.verdict_cache import VERDICT, run_stamp, verdict_cache
 from app.models import Checkpoint, Run
 from app.services import findings as finding_service
 from app.services import metrics as metric_service
@@ -90,8 +92,8 @@ def _get_run(session: SessionDep, run_id: int) -> Run:
 
 
 @router.get("", response_model=RunsPage)
-def list_runs(
-    session: SessionDep,
+async def list_runs(
+    request: Request,
     principal: Reader,
     project: str | None = None,
     status: str | None = None,
@@ -123,14 +125,18 @@ def list_runs(
         updated_before=updated_before,
         name=name,
     )
-    rows, total = run_service.list_runs(session=session, filters=filters)
-    tags = tag_service.tags_by_run(session, [run.id for run, _ in rows])
-    return RunsPage(
-        items=[run_summary(run, name, tags.get(run.id, [])) for run, name in rows],
-        total=total,
-        limit=limit,
-        offset=offset,
-    )
+
+    def page(session: Session) -> RunsPage:
+        rows, total = run_service.list_runs(session=session, filters=filters)
+        tags = tag_service.tags_by_run(session, [run.id for run, _ in rows])
+        return RunsPage(
+            items=[run_summary(run, in_project, tags.get(run.id, [])) for run, in_project in rows],
+            total=total,
+            limit=limit,
+            offset=offset,
+        )
+
+    return await read_in_session(request, page)
 
 
 @router.get("/{run_id}", response_model=RunDetail)
@@ -176,12 +182,26 @@ def get_findings(
 
 
 @router.get("/{run_id}/verdict", response_model=VerdictOut)
-def get_verdict(run_id: int, session: SessionDep, principal: Reader) -> VerdictOut:
+async def get_verdict(run_id: int, request: Request, principal: Reader) -> Response:
     """``pass``, ``warn`` or ``fail``, the suspect resumes with repair advice, and whether each
     checkpoint is safe to resume from or promote. ``verdict`` is null until analysed."""
-    run = _get_run(session, run_id)
-    authorize(principal, "read", run.project.name)
-    return VerdictOut.model_validate(finding_service.verdict_summary(session=session, run=run))
+    # the JSON of a VerdictOut, kept while the run is unchanged (app.api.verdict_cache)
+    cache = verdict_cache(request.app)
+
+    def verdict_json(session: Session) -> bytes:
+        stamp = run_stamp(session, run_id)
+        if stamp is None:
+            raise HTTPException(status_code=404, detail=f"run {run_id} not found")
+        authorize(principal, "read", stamp.project)
+        body = cache.get(run_id, stamp.version)
+        if body is None:
+            run = _get_run(session, run_id)
+            summary = finding_service.verdict_summary(session=session, run=run)
+            body = VERDICT.dump_json(VERDICT.validate_python(summary), by_alias=True)
+            cache.put(run_id, stamp.version, body)
+        return body
+
+    return Response(await read_in_session(request, verdict_json), media_type="application/json")
 
 
 @router.get("/{run_id}/telemetry")
