@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 
 from app.config import Settings, get_settings
 from app.db import get_engine, session_scope
+from app.ingest.source import SourceTree
 from app.services import (
     alert_delivery,
     analysis_parts,
@@ -71,13 +72,14 @@ def enqueue_ingest(job_id: int, claim: str | None = None, delay: float | None = 
         log.warning("ingest job %s stays queued, the broker is unavailable: %s", job_id, exc)
 
 
-def split_ingest(job_id: int, token: str) -> bool:
+def split_ingest(job_id: int, token: str, tree: SourceTree) -> bool:
     """Hand a large sample trace's parse to parts (``ingest_parts``); False: parse it here."""
     return ingest_parts.start(
         engine=get_engine(),
         settings=get_settings(),
         job_id=job_id,
         token=token,
+        tree=tree,
         enqueue=enqueue_ingest_parts,
     )
 

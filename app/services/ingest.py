@@ -29,6 +29,7 @@ from app.ingest.context import ReadContext
 from app.ingest.errors import IngestError, Warnings, printable
 from app.ingest.formats import read_source
 from app.ingest.records import ParsedRun
+from app.ingest.source import SourceTree
 from app.models import IngestJob, Project, Run
 from app.services import alerts as alert_service
 from app.services import analysis as analysis_service
@@ -137,9 +138,9 @@ AlertSink = Callable[[list[int]], None]
 # (job id, claim token, run id) -> whether the analysis went to parts that finish the job
 # (``analysis_parts.start``); the ingest task passes it, direct callers analyse in one go
 SplitAnalysis = Callable[[int, str, int], bool]
-# (job id, claim token) -> whether the parse of a large sample trace went to parts that send
-# the job back when done (``ingest_parts.start``); direct callers parse in one go
-SplitIngest = Callable[[int, str], bool]
+# (job id, claim token, the open source) -> whether the parse of a large sample trace went to
+# parts that send the job back when done (``ingest_parts.start``); direct callers parse in one go
+SplitIngest = Callable[[int, str, SourceTree], bool]
 
 
 def run_job(
@@ -215,17 +216,18 @@ def _run_claimed(
     )
     retrying = False
     try:
-        if not traces.parts and split_ingest is not None and split_ingest(job_id, token):
-            return _job(engine, job_id)  # running: its parts send it back when parsed
         for message in traces.warnings:
             warnings.add(message)
-        parsed = _parse(settings, source, warnings, progress, traces)
+        with open_stored(settings, source.key, source.kind, source.name, warnings) as tree:
+            if not traces.parts and split_ingest is not None and split_ingest(job_id, token, tree):
+                return _job(engine, job_id)  # running: its parts send it back when parsed
+            parsed = _read(settings, tree, warnings, progress, traces)
         progress.flush(phase="writing")
         layout = plan_layout(parsed, warnings)
         _check_sample_ids(parsed, warnings)
         heartbeat.check()
         with session_scope(engine) as session:
-            run_id = _store(session, job_id, token, source, parsed, layout, warnings)
+            run_id = _store(session, job_id, token, source, parsed, layout, warnings, traces.parts)
     except IngestError as exc:
         return _fail(engine, job_id, token, str(exc), warnings)
     except (OperationalError, InterfaceError, IntegrityError, ClaimLost):
@@ -241,8 +243,6 @@ def _run_claimed(
     finally:
         if traces.parts and not retrying:  # used, or the job failed: done with
             ingest_parts.discard(engine=engine, settings=settings, job_id=job_id)
-    if traces.parts:
-        _record_parts(engine, job_id, token, traces.parts)
     if split is not None and split(job_id, token, run_id):
         return _job(engine, job_id)  # running: its analysis parts finish it
     return _analyze_and_finish(engine, job_id, token, run_id, on_alerts)
@@ -253,13 +253,6 @@ def _job(engine: Engine, job_id: int) -> IngestJob:
         job = session.get(IngestJob, job_id)
         assert job is not None
         return job
-
-
-def _record_parts(engine: Engine, job_id: int, token: str, parts: int) -> None:
-    with session_scope(engine) as session:
-        job = session.get(IngestJob, job_id)
-        assert job is not None
-        fenced_update(session, job_id, token, counts={**(job.counts or {}), "ingest_parts": parts})
 
 
 def _stored_from(engine: Engine, run_id: int, source: _Source) -> bool:
@@ -406,23 +399,22 @@ def _job_source(job: IngestJob) -> _Source:
     )
 
 
-def _parse(
+def _read(
     settings: Settings,
-    source: _Source,
+    tree: SourceTree,
     warnings: Warnings,
     progress: _Progress,
     traces: ingest_parts.ParsedTraces,
 ) -> ParsedRun:
-    with open_stored(settings, source.key, source.kind, source.name, warnings) as tree:
-        ctx = ReadContext(
-            tree=tree,
-            aliases=AliasTable(settings.metric_aliases),
-            warnings=warnings,
-            max_line_bytes=settings.max_line_bytes,
-            on_bytes=progress,
-            samples=traces.traces,
-        )
-        return read_source(ctx)
+    ctx = ReadContext(
+        tree=tree,
+        aliases=AliasTable(settings.metric_aliases),
+        warnings=warnings,
+        max_line_bytes=settings.max_line_bytes,
+        on_bytes=progress,
+        samples=traces.traces,
+    )
+    return read_source(ctx)
 
 
 def _check_sample_ids(parsed: ParsedRun, warnings: Warnings) -> None:
@@ -445,8 +437,10 @@ def _store(
     parsed: ParsedRun,
     layout: RunLayout,
     warnings: Warnings,
+    ingest_parts: int = 0,
 ) -> int:
-    """Write the run; the job records its counts and moves on to analysis."""
+    """Write the run; the job records its counts (and the parts its trace was parsed in) and
+    moves on to analysis."""
     project = _get_or_create_project(session, source.project)
     run = session.scalars(
         select(Run).where(Run.project_id == project.id, Run.name == source.run_name)
@@ -469,6 +463,8 @@ def _store(
         run.source_sha256 = source.sha256
         run.verdict = None  # not analysed from this source yet
         run.updated_at = datetime.now(UTC)
+    if ingest_parts:
+        counts = {**counts, "ingest_parts": ingest_parts}
     session.flush()
     fenced_update(  # last, so the job row is locked only for the commit
         session,

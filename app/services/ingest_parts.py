@@ -36,9 +36,9 @@ from app.ingest.jsonl import iter_json_objects
 from app.ingest.line_ranges import LineRange, read_range, split_lines
 from app.ingest.records import SampleTrace
 from app.ingest.run_directory import read_sample_lines
+from app.ingest.source import SourceTree
 from app.models import IngestBatch, IngestJob, IngestPart
 from app.services.job_claims import ClaimLost, Heartbeat, fenced_update
-from app.services.sources import open_stored
 
 log = logging.getLogger(__name__)
 
@@ -58,32 +58,32 @@ class ParsedTraces:
     parts: int = 0
 
 
-def start(*, engine: Engine, settings: Settings, job_id: int, token: str, enqueue: Enqueue) -> bool:
-    """Split the job's sample trace into parts and queue them: True when the parts now own the
-    parse, False when it belongs in this task (no large trace, one part, or a broker that
-    refused the parts). Bad input raises ``IngestError``, as the parse would."""
-    if settings.ingest_part_bytes <= 0:
+def start(
+    *,
+    engine: Engine,
+    settings: Settings,
+    job_id: int,
+    token: str,
+    tree: SourceTree,
+    enqueue: Enqueue,
+) -> bool:
+    """Split the sample trace of the job's source (``tree``, already open) into parts and queue
+    them: True when the parts now own the parse, False when it belongs in this task (no large
+    trace, one part, or a broker that refused the parts)."""
+    large = [
+        (size, name)
+        for name, size in tree.sizes.items()
+        if PurePosixPath(name).name == TRACE_NAME and 0 < settings.ingest_part_bytes < size
+    ]
+    if not large:
         return False
-    with session_scope(engine) as session:
-        job = session.get(IngestJob, job_id)
-        if job is None:
-            return False
-        source = (job.source_key, job.source_kind, job.source_name)
+    _, file = max(large)
     discard(engine=engine, settings=settings, job_id=job_id)  # an earlier try's, if any
     folder = f"{PARTS_FOLDER}/job-{job_id}-{token}"
     path = settings.sources_path / folder
-    with open_stored(settings, *source, Warnings()) as tree:
-        large = [
-            (size, name)
-            for name, size in tree.sizes.items()
-            if PurePosixPath(name).name == TRACE_NAME and size > settings.ingest_part_bytes
-        ]
-        if not large:
-            return False
-        _, file = max(large)
-        path.mkdir(parents=True, exist_ok=True)
-        with tree.open(file) as src, (path / COPY).open("wb") as dst:
-            shutil.copyfileobj(src, dst, 16 << 20)
+    path.mkdir(parents=True, exist_ok=True)
+    with tree.open(file) as src, (path / COPY).open("wb") as dst:
+        shutil.copyfileobj(src, dst, 16 << 20)
     with (path / COPY).open("rb") as stream:
         ranges = split_lines(stream, (path / COPY).stat().st_size, settings.ingest_part_bytes)
     if len(ranges) < 2:

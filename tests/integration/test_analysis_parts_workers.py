@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, func, select
@@ -31,17 +32,7 @@ def test_examples_analysed_in_parts_across_workers(
     logs = [tmp_path / f"worker-{i}.log" for i in range(count)]
     runs = [example_runs / name for name in RUNS]
     with workers(env, logs):
-        result = _ingest(runs, env)
-    assert result.returncode == 0, result.stderr + result.stdout
-    outcomes = [json.loads(line) for line in result.stdout.splitlines()]
-    assert len(outcomes) == len(runs)
-    for run_dir, outcome in zip(runs, outcomes, strict=True):
-        assert outcome["status"] == "succeeded", outcome
-        assert outcome["counts"]["analysis_parts"] >= 3, run_dir.name
-        truth = json.loads((run_dir / "truth.json").read_text())
-        scored = score(truth, outcome["findings"])
-        assert scored.exact, (run_dir.name, scored.missed, scored.false_alarms)
-        assert outcome["verdict"] == expected_verdict(truth), run_dir.name
+        ingest_and_check(runs, env, least_parts={"analysis_parts": 3})
     parts_per_worker = [_done(log, "runwatch.analysis_part") for log in logs]
     merges = sum(_done(log, "runwatch.analysis_merge") for log in logs)
     assert all(n > 0 for n in parts_per_worker), parts_per_worker  # every worker took parts
@@ -51,10 +42,26 @@ def test_examples_analysed_in_parts_across_workers(
         assert session.scalar(select(func.count()).select_from(AnalysisBatch)) == 0
 
 
-def _ingest(runs: list[Path], env: dict[str, str]):  # type: ignore[no-untyped-def]
-    return runwatch(
+def ingest_and_check(
+    runs: list[Path], env: dict[str, str], least_parts: dict[str, int]
+) -> list[dict[str, Any]]:
+    """`runwatch ingest --wait --json` the runs: each succeeded in at least ``least_parts``
+    (count name -> parts) with exactly the findings and verdict of its truth.json."""
+    result = runwatch(
         "ingest", *map(str, runs), "--project", "parts", "--wait", "--json", env=env, timeout=600
     )
+    assert result.returncode == 0, result.stderr + result.stdout
+    outcomes = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(outcomes) == len(runs)
+    for run_dir, outcome in zip(runs, outcomes, strict=True):
+        assert outcome["status"] == "succeeded", outcome
+        for name, least in least_parts.items():
+            assert outcome["counts"][name] >= least, (run_dir.name, name)
+        truth = json.loads((run_dir / "truth.json").read_text())
+        scored = score(truth, outcome["findings"])
+        assert scored.exact, (run_dir.name, scored.missed, scored.false_alarms)
+        assert outcome["verdict"] == expected_verdict(truth), run_dir.name
+    return outcomes
 
 
 def _done(log: Path, task: str) -> int:

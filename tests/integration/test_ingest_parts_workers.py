@@ -5,17 +5,14 @@ workers share the parts; on SQLite + the embedded file-system broker one worker 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, func, select
 
-from app.analysis.truth import score
 from app.db import session_scope
 from app.models import AnalysisBatch, IngestBatch
-from tests.helpers import expected_verdict
-from tests.integration.test_analysis_parts_workers import _done, _ingest
+from tests.integration.test_analysis_parts_workers import _done, ingest_and_check
 from tests.procs import workers
 
 pytestmark = pytest.mark.integration
@@ -35,18 +32,7 @@ def test_examples_parsed_and_analysed_in_parts_across_workers(
     logs = [tmp_path / f"worker-{i}.log" for i in range(count)]
     runs = [example_runs / name for name in RUNS]
     with workers(env, logs):
-        result = _ingest(runs, env)
-    assert result.returncode == 0, result.stderr + result.stdout
-    outcomes = [json.loads(line) for line in result.stdout.splitlines()]
-    assert len(outcomes) == len(runs)
-    for run_dir, outcome in zip(runs, outcomes, strict=True):
-        assert outcome["status"] == "succeeded", outcome
-        assert outcome["counts"]["ingest_parts"] >= 7, run_dir.name
-        assert outcome["counts"]["analysis_parts"] >= 3, run_dir.name
-        truth = json.loads((run_dir / "truth.json").read_text())
-        scored = score(truth, outcome["findings"])
-        assert scored.exact, (run_dir.name, scored.missed, scored.false_alarms)
-        assert outcome["verdict"] == expected_verdict(truth), run_dir.name
+        outcomes = ingest_and_check(runs, env, least_parts={"ingest_parts": 7, "analysis_parts": 3})
     parts_per_worker = [_done(log, "runwatch.ingest_part") for log in logs]
     assert all(n > 0 for n in parts_per_worker), parts_per_worker  # every worker took parts
     assert sum(parts_per_worker) == sum(o["counts"]["ingest_parts"] for o in outcomes)

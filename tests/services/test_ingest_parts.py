@@ -20,6 +20,7 @@ from sqlalchemy.exc import OperationalError
 
 from app.config import Settings
 from app.db import session_scope
+from app.ingest.source import SourceTree
 from app.models import IngestBatch, IngestJob, IngestPart
 from app.services import ingest as ingest_service
 from app.services import ingest_parts, recovery, traces
@@ -39,12 +40,13 @@ class Queue:
         self.parts: list[int] = []
         self.split_jobs: list[int] = []
 
-    def split(self, job_id: int, token: str) -> bool:
+    def split(self, job_id: int, token: str, tree: SourceTree) -> bool:
         started = ingest_parts.start(
             engine=self.engine,
             settings=self.settings,
             job_id=job_id,
             token=token,
+            tree=tree,
             enqueue=self.parts.extend,
         )
         if started:
