@@ -52,7 +52,7 @@ def runwatch_ingest(database_url: str, folder: str) -> dict[str, Any]:
         migrate.upgrade(engine)
         timer = Timer()
         analysis_service.analyze = timer.wrap("analysis", analysis_service.analyze)
-        ingest_service._parse = timer.wrap("parse", ingest_service._parse)
+        ingest_service._read = timer.wrap("parse", ingest_service._read)
         ingest_service._store = timer.wrap("store", ingest_service._store)
         cpu = time.process_time()
         with timer("source"):
