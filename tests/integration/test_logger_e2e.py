@@ -63,8 +63,12 @@ def test_killed_and_resumed_training_streamed_through_an_outage(
             wait_http(f"{base}/api/v1/health", api, tmp_path / "s1.log")
             first = _train(run_dir, base, api_token, "--kill-at", "47")
             assert first.wait(timeout=120) == -9  # it killed itself after step 47
-        # the server is down while the resumed process starts and trains
-        second = _train(run_dir, base, api_token, "--resume", "latest")
+        # the server is down while the resumed process starts and trains; at exit it waits for
+        # the server as long as the server takes to start here (seconds on a loaded machine)
+        second = _train(
+            *(run_dir, base, api_token, "--resume", "latest"),
+            *("--close-timeout", "120", "--max-backoff", "1"),
+        )
         _wait_until(lambda: _starts(run_dir) == 2, timeout=60)
         time.sleep(1.0)
         with background(serve, service_env, tmp_path / "s2.log") as api:  # and back

@@ -56,6 +56,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--stream-interval", type=float, default=1.0, help="seconds between streamed batches"
     )
+    parser.add_argument(
+        "--close-timeout", type=float, default=5.0, help="seconds to wait at exit for the server"
+    )
+    parser.add_argument(
+        "--max-backoff", type=float, default=30.0, help="longest wait between retries"
+    )
     return parser.parse_args(argv)
 
 
@@ -136,7 +142,11 @@ def main(argv: list[str] | None = None) -> int:
         server=args.server,
         token=args.token,
         config=config,
-        stream_options={"interval": args.stream_interval},
+        stream_options={
+            "interval": args.stream_interval,
+            "close_timeout": args.close_timeout,
+            "max_backoff": args.max_backoff,
+        },
     )
     step, restored, source = 0, None, None
     position = {"epoch": 0, "consumed_in_epoch": 0}
